@@ -1,0 +1,1 @@
+"""acode: crash-proof AI coding-agent sessions."""

@@ -1,0 +1,193 @@
+"""The one exception hierarchy of acode.
+
+Every error a person can meet carries a stable code (``ACODE-...``), the process
+exit status the CLI returns for it, and a hint that says what to do next::
+
+    AcodeError
+    ├── UsageError                 bad argument or flag                         exit 2
+    │   ├── ConfigError            .agent/config.yml is invalid                 exit 2
+    │   ├── PlanError              a plan file is malformed                     exit 2
+    │   └── AmbiguousSessionError  an id prefix matches several sessions        exit 2
+    ├── SessionNotFoundError       no session has that id                       exit 1
+    ├── NothingToResumeError       ACODE-RESUME-001                             exit 14
+    ├── TerminalStateError         ACODE-RESUME-002                             exit 15
+    ├── SessionLockedError         ACODE-RESUME-003 / ACODE-LOCK-*              exit 16
+    ├── EnvironmentValidationError ACODE-RESUME-004                             exit 17
+    ├── CheckpointError            ACODE-RESUME-005 / ACODE-CKPT-*              exit 1
+    ├── NonDeterminismError        ACODE-RESUME-007                             exit 1
+    ├── StepFailedError            a step's action failed                       exit 1
+    ├── ModelError                 the model endpoint failed                    exit 1
+    └── StorageError               the database cannot be used                  exit 1
+        └── SchemaTooNewError      written by a newer acode                     exit 1
+
+Control flow that is not a failure lives outside the hierarchy: ``PauseRequested``
+(Ctrl+C / SIGTERM, exit 130) and ``ApprovalPending`` (an approval no one can answer
+now, exit 20).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = [
+    "EXIT_APPROVAL_PENDING",
+    "EXIT_INTERRUPTED",
+    "AcodeError",
+    "AmbiguousSessionError",
+    "ApprovalPending",
+    "CheckpointError",
+    "ConfigError",
+    "EnvironmentValidationError",
+    "ErrorCode",
+    "ModelError",
+    "NonDeterminismError",
+    "NothingToResumeError",
+    "PauseRequested",
+    "PlanError",
+    "SchemaTooNewError",
+    "SessionLockedError",
+    "SessionNotFoundError",
+    "StepFailedError",
+    "StorageError",
+    "TerminalStateError",
+    "UsageError",
+]
+
+EXIT_APPROVAL_PENDING = 20
+EXIT_INTERRUPTED = 130
+
+
+class ErrorCode(str, Enum):
+    """Stable codes: documented in docs/errors.md, never renumbered."""
+
+    USAGE = "ACODE-USAGE-001"
+    CONFIG_INVALID = "ACODE-CONFIG-001"
+    PLAN_INVALID = "ACODE-PLAN-001"
+    SESSION_NOT_FOUND = "ACODE-SESSION-001"
+    SESSION_AMBIGUOUS = "ACODE-SESSION-002"
+    NO_RESUMABLE = "ACODE-RESUME-001"
+    TERMINAL_STATE = "ACODE-RESUME-002"
+    LOCKED = "ACODE-RESUME-003"
+    ENVIRONMENT = "ACODE-RESUME-004"
+    CHECKPOINT_NOT_FOUND = "ACODE-RESUME-005"
+    CONTINUATION = "ACODE-RESUME-006"
+    IDEMPOTENCY_CONFLICT = "ACODE-RESUME-007"
+    CHECKPOINT_INVALID = "ACODE-CKPT-001"
+    CHAIN_BROKEN = "ACODE-CKPT-002"
+    LOCK_PERMISSIONS = "ACODE-LOCK-001"
+    LOCK_OWNER = "ACODE-LOCK-002"
+    LOCK_HELD = "ACODE-LOCK-003"
+    STEP_FAILED = "ACODE-STEP-001"
+    MODEL = "ACODE-MODEL-001"
+    STORAGE = "ACODE-DB-001"
+    SCHEMA_TOO_NEW = "ACODE-DB-002"
+
+
+class AcodeError(Exception):
+    """Root of every error acode raises on purpose."""
+
+    code: ErrorCode = ErrorCode.USAGE
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n{self.hint}" if self.hint else self.message
+
+
+class UsageError(AcodeError):
+    code = ErrorCode.USAGE
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    code = ErrorCode.CONFIG_INVALID
+
+
+class PlanError(UsageError):
+    code = ErrorCode.PLAN_INVALID
+
+
+class AmbiguousSessionError(UsageError):
+    code = ErrorCode.SESSION_AMBIGUOUS
+
+
+class SessionNotFoundError(AcodeError):
+    code = ErrorCode.SESSION_NOT_FOUND
+
+
+class NothingToResumeError(AcodeError):
+    code = ErrorCode.NO_RESUMABLE
+    exit_code = 14
+
+
+class TerminalStateError(AcodeError):
+    code = ErrorCode.TERMINAL_STATE
+    exit_code = 15
+
+
+class SessionLockedError(AcodeError):
+    code = ErrorCode.LOCKED
+    exit_code = 16
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, code: ErrorCode = ErrorCode.LOCKED
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.code = code
+
+
+class EnvironmentValidationError(AcodeError):
+    code = ErrorCode.ENVIRONMENT
+    exit_code = 17
+
+
+class CheckpointError(AcodeError):
+    code = ErrorCode.CHECKPOINT_INVALID
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        code: ErrorCode = ErrorCode.CHECKPOINT_INVALID,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.code = code
+
+
+class NonDeterminismError(AcodeError):
+    code = ErrorCode.IDEMPOTENCY_CONFLICT
+
+
+class StepFailedError(AcodeError):
+    code = ErrorCode.STEP_FAILED
+
+
+class ModelError(AcodeError):
+    code = ErrorCode.MODEL
+
+
+class StorageError(AcodeError):
+    code = ErrorCode.STORAGE
+
+
+class SchemaTooNewError(StorageError):
+    code = ErrorCode.SCHEMA_TOO_NEW
+
+
+class PauseRequested(BaseException):  # noqa: N818 - a signal, not an error
+    """Ctrl+C or SIGTERM asked the run to pause. Derives from BaseException so that a
+    step's ``except Exception`` cannot swallow it."""
+
+
+class ApprovalPending(Exception):  # noqa: N818 - control flow, not an error
+    """An approval step needs a decision and no one can be asked now."""
+
+    def __init__(self, step_id: str, question: str) -> None:
+        super().__init__(f"step {step_id!r} awaits approval: {question}")
+        self.step_id = step_id
+        self.question = question

@@ -27,7 +27,7 @@ now, exit 20).
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 __all__ = [
     "EXIT_APPROVAL_PENDING",
@@ -57,7 +57,7 @@ EXIT_APPROVAL_PENDING = 20
 EXIT_INTERRUPTED = 130
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     """Stable codes: documented in docs/errors.md, never renumbered."""
 
     USAGE = "ACODE-USAGE-001"
@@ -179,12 +179,12 @@ class SchemaTooNewError(StorageError):
     code = ErrorCode.SCHEMA_TOO_NEW
 
 
-class PauseRequested(BaseException):  # noqa: N818 - a signal, not an error
+class PauseRequested(BaseException):
     """Ctrl+C or SIGTERM asked the run to pause. Derives from BaseException so that a
     step's ``except Exception`` cannot swallow it."""
 
 
-class ApprovalPending(Exception):  # noqa: N818 - control flow, not an error
+class ApprovalPending(Exception):
     """An approval step needs a decision and no one can be asked now."""
 
     def __init__(self, step_id: str, question: str) -> None:

@@ -1,0 +1,288 @@
+"""The `acode` command: parse, call the library, render. No decision is made here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from acode.errors import AcodeError, UsageError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="acode",
+    help="Crash-proof AI coding-agent sessions: every step recorded, any interruption resumable.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+session_app = typer.Typer(help="List, inspect and manage sessions.", no_args_is_help=True)
+app.add_typer(session_app, name="session")
+
+WorkspaceOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--workspace",
+        "-w",
+        help="Workspace directory (default: the nearest parent holding .agent/, else the "
+        "current directory).",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+SessionArgument = Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")]
+
+
+def _workspace(option: Path | None) -> Path:
+    from acode.runtime.workspace import find_workspace
+
+    if option is None:
+        return find_workspace(Path.cwd())
+    if not option.is_dir():
+        raise UsageError(
+            f"--workspace {option}: no such directory",
+            hint="give the directory of the project the session works in",
+        )
+    return option.resolve()
+
+
+@app.command()
+def run(
+    plan_file: Annotated[Path, typer.Argument(help="The plan file (YAML) to run.")],
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run a plan as a new session. Ctrl+C pauses it; `acode resume` continues it."""
+    from acode.cli.driver import drive_plan, terminal_approver
+    from acode.cli.progress import choose_observer
+    from acode.runtime.interrupts import Interrupts
+    from acode.runtime.lifecycle import open_session
+    from acode.runtime.plan_loader import load_plan
+
+    ws = _workspace(workspace)
+    plan = load_plan(plan_file)
+    total = len(plan.steps())
+    with Interrupts().installed() as interrupts:
+        session = open_session(
+            plan.title, ws, plan=plan, approver=terminal_approver, interrupts=interrupts
+        )
+        _announce(
+            as_json,
+            {"event": "started", "id": session.id, "title": plan.title, "total_steps": total},
+            f"Session {session.short_id} started: {plan.title} "
+            f"({len(plan.tasks)} tasks, {total} steps)",
+        )
+        session.observer = choose_observer(as_json, total)
+        code = drive_plan(session, plan, as_json=as_json)
+    raise typer.Exit(code)
+
+
+def _announce(as_json: bool, record: dict[str, object], text: str) -> None:
+    from acode.cli.console import emit_json, out_console
+
+    if as_json:
+        emit_json(record)
+    else:
+        out_console().print(text, markup=False)
+
+
+Strategy = Literal["rollback", "retry", "prompt"]
+
+
+@app.command()
+def resume(
+    session_id: Annotated[
+        str | None, typer.Argument(help="Session id or prefix (default: the most recent).")
+    ] = None,
+    workspace: WorkspaceOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would happen; take no lock, write nothing.")
+    ] = False,
+    strategy: Annotated[
+        str | None,
+        typer.Option(
+            "--strategy",
+            help="What to do with a step that was interrupted half-way: rollback (default), "
+            "retry or prompt.",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Continue an interrupted session exactly where it stopped."""
+    from acode.cli.driver import drive_plan, terminal_approver
+    from acode.cli.progress import choose_observer
+    from acode.cli.views import print_preview
+    from acode.resume.service import ResumePreview, preview_resume, resume_session
+    from acode.runtime.interrupts import Interrupts
+
+    ws = _workspace(workspace)
+    chosen = _strategy(strategy)
+    if dry_run:
+        print_preview(preview_resume(session_id, ws), dry_run=True, as_json=as_json)
+        raise typer.Exit(0)
+    previews: list[ResumePreview] = []
+
+    def shown(preview: ResumePreview) -> None:
+        if preview.plan is None:
+            raise UsageError(
+                f"session {preview.row.short_id} was started by a program through the library",
+                hint=f"run that program again; it continues with "
+                f"acode.resume_session({preview.row.short_id!r})",
+            )
+        previews.append(preview)
+        print_preview(preview, dry_run=False, as_json=as_json)
+
+    with Interrupts().installed() as interrupts:
+        session = resume_session(
+            session_id,
+            ws,
+            approver=terminal_approver,
+            interrupts=interrupts,
+            strategy=chosen,
+            on_preview=shown,
+        )
+        plan = previews[0].plan
+        assert plan is not None
+        session.observer = choose_observer(as_json, len(plan.steps()))
+        code = drive_plan(session, plan, as_json=as_json)
+    raise typer.Exit(code)
+
+
+def _strategy(value: str | None) -> Strategy | None:
+    if value is None:
+        return None
+    if value not in ("rollback", "retry", "prompt"):
+        raise UsageError(
+            f"--strategy {value!r} is not one of rollback, retry, prompt",
+            hint="rollback restores a half-done step's files before running it again",
+        )
+    return value  # type: ignore[return-value]
+
+
+@app.command()
+def status(
+    session_id: Annotated[
+        str | None, typer.Argument(help="Session id or prefix (default: the most recent).")
+    ] = None,
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a session's state, progress, lock and sync status."""
+    from acode.cli import inspect
+
+    inspect.status(_workspace(workspace), session_id, as_json)
+
+
+@session_app.command("list")
+def session_list(
+    workspace: WorkspaceOption = None,
+    resumable: Annotated[
+        bool, typer.Option("--resumable", help="Only sessions `acode resume` can continue.")
+    ] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Include discarded sessions.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List sessions, most recent first."""
+    from acode.cli import inspect
+
+    inspect.session_list(_workspace(workspace), resumable, show_all, as_json)
+
+
+@session_app.command("show")
+def session_show(
+    session_id: SessionArgument, workspace: WorkspaceOption = None, as_json: JsonOption = False
+) -> None:
+    """Show one session with its steps."""
+    from acode.cli import inspect
+
+    inspect.session_show(_workspace(workspace), session_id, as_json)
+
+
+@session_app.command("history")
+def session_history(
+    session_id: SessionArgument, workspace: WorkspaceOption = None, as_json: JsonOption = False
+) -> None:
+    """Show a session's events in replay order (timestamp, then event id)."""
+    from acode.cli import inspect
+
+    inspect.session_history(_workspace(workspace), session_id, as_json)
+
+
+@session_app.command("unlock")
+def session_unlock(
+    session_id: SessionArgument,
+    workspace: WorkspaceOption = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Break the lock even though its holder is still running."),
+    ] = False,
+) -> None:
+    """Remove a session's lock file when its holder is gone (or with --force)."""
+    from acode.cli import inspect
+
+    inspect.session_unlock(_workspace(workspace), session_id, force)
+
+
+@app.command()
+def approve(
+    session_id: SessionArgument,
+    workspace: WorkspaceOption = None,
+    step: Annotated[
+        str | None, typer.Option("--step", help="The approval step (default: the waiting one).")
+    ] = None,
+    deny: Annotated[bool, typer.Option("--deny", help="Deny instead of approving.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Record a decision for a session waiting on an approval; then `acode resume` it."""
+    from acode.cli.console import emit_json, out_console
+    from acode.runtime.decide import decide_approval
+
+    decision = decide_approval(session_id, _workspace(workspace), step=step, approved=not deny)
+    short = decision.short_id
+    if as_json:
+        emit_json(
+            {
+                "session": decision.session_id,
+                "step": decision.step_id,
+                "approved": decision.approved,
+                "by": decision.by,
+            }
+        )
+        return
+    verdict = "Approved" if decision.approved else "Denied"
+    out_console().print(
+        f"{verdict}: {decision.question} (session {short}, step {decision.step_id}).\n"
+        f"Continue with: acode resume {short}",
+        markup=False,
+    )
+
+
+def main() -> None:
+    """Entry point: maps every outcome to the documented exit status."""
+    from acode.cli.console import err_console, render_error
+
+    try:
+        # Outside standalone mode, a command's `typer.Exit(code)` comes back as the result.
+        result = app(standalone_mode=False)
+    except AcodeError as error:
+        render_error(error)
+        sys.exit(error.exit_code)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console().print("Interrupted.")
+        sys.exit(130)
+    except typer.TyperException as bad:  # a usage error found by the parser
+        bad.show()  # type: ignore[attr-defined]
+        sys.exit(int(getattr(bad, "exit_code", 2)))
+    except Exception as unexpected:
+        err_console().print(
+            f"[bold red]internal error[/]: {type(unexpected).__name__}: {unexpected}\n"
+            "  this is a bug in acode; your session is safe and resumable. "
+            "Please report it with the output of `acode session history`.",
+        )
+        sys.exit(1)
+    sys.exit(result if isinstance(result, int) else 0)

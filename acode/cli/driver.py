@@ -1,0 +1,98 @@
+"""Running a plan session from the CLI, shared by `run` and `resume`: progress,
+interruption, approvals and the exit status."""
+
+from __future__ import annotations
+
+import sys
+
+from acode.cli.console import emit_json, err_console, out_console
+from acode.cli.progress import RichObserver
+from acode.domain.plan import Plan
+from acode.domain.states import SessionState
+from acode.errors import (
+    EXIT_APPROVAL_PENDING,
+    EXIT_INTERRUPTED,
+    ApprovalPending,
+    PauseRequested,
+    StepFailedError,
+)
+from acode.runtime.observer import ApprovalRequest
+from acode.runtime.plan_runner import run_plan
+from acode.runtime.session import Session
+
+__all__ = ["drive_plan", "terminal_approver"]
+
+
+def terminal_approver(request: ApprovalRequest) -> bool | None:
+    """Ask on the terminal; None when there is no terminal to ask on."""
+    if not sys.stdin.isatty():
+        return None
+    from rich.prompt import Confirm
+
+    return Confirm.ask(
+        f"[bold yellow]Approval needed[/] ({request.step_id}): {request.question}",
+        console=err_console(),
+    )
+
+
+def drive_plan(session: Session, plan: Plan, *, as_json: bool) -> int:
+    """Run the plan to its end or to a stop; returns the exit status."""
+    try:
+        return _drive(session, plan, as_json)
+    finally:
+        session.close()
+
+
+def _drive(session: Session, plan: Plan, as_json: bool) -> int:
+    short = session.short_id
+    observer = session.observer
+    try:
+        try:
+            final = run_plan(session, plan)
+        finally:
+            if isinstance(observer, RichObserver):
+                observer.stop()
+    except (PauseRequested, KeyboardInterrupt):
+        session.pause("interrupted")
+        return _report(
+            session,
+            as_json,
+            EXIT_INTERRUPTED,
+            f"Paused session {short}; {session.steps_completed} steps are done. "
+            f"Resume with: acode resume {short}",
+        )
+    except ApprovalPending as pending:
+        return _report(
+            session,
+            as_json,
+            EXIT_APPROVAL_PENDING,
+            f"Session {short} is waiting for approval of step {pending.step_id!r}: "
+            f"{pending.question}\n  approve: acode approve {short}   deny: acode approve "
+            f"{short} --deny\n  then:    acode resume {short}",
+        )
+    except StepFailedError as failure:
+        session.fail(failure.message)
+        return _report(session, as_json, 1, f"Session {short} FAILED: {failure}")
+    if final is SessionState.CANCELLED:
+        return _report(session, as_json, 1, f"Approval denied: session {short} cancelled.")
+    done = session.steps_completed
+    return _report(session, as_json, 0, f"Session {short} completed: {done} steps done.")
+
+
+def _report(session: Session, as_json: bool, code: int, message: str) -> int:
+    if as_json:
+        emit_json(
+            {
+                "event": "session",
+                "id": session.id,
+                "state": session.state.value,
+                "steps_completed": session.steps_completed,
+                "total_steps": session.total_steps,
+                "exit_code": code,
+                "message": message,
+            }
+        )
+    else:
+        console = out_console() if code == 0 else err_console()
+        console.print(message, markup=False)
+    return code

@@ -1,0 +1,80 @@
+"""The read-only commands: status and `session list/show/history/unlock`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from acode.cli.console import emit_json, out_console
+from acode.cli.views import (
+    print_history,
+    print_session_list,
+    print_status,
+    print_steps,
+    session_json,
+)
+from acode.domain.states import SessionState, is_resumable
+from acode.errors import NothingToResumeError, SessionNotFoundError
+from acode.runtime.inspection import read_store, session_detail, session_events, unlock_session
+
+__all__ = ["session_history", "session_list", "session_show", "session_unlock", "status"]
+
+
+def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
+    with read_store(workspace) as store:
+        if store is None:
+            raise NothingToResumeError(
+                f"no sessions in {workspace}", hint="start one with `acode run PLAN.yaml`"
+            )
+        detail = session_detail(store, workspace, session_id)
+    print_status(detail.row, detail.summary, detail.lock_holder, as_json)
+
+
+def session_list(workspace: Path, resumable: bool, show_all: bool, as_json: bool) -> None:
+    with read_store(workspace) as store:
+        rows = store.sessions() if store is not None else []
+    if not show_all:
+        rows = [r for r in rows if not r.archived]
+    if resumable:
+        rows = [r for r in rows if is_resumable(SessionState(r.state))]
+    print_session_list(rows, as_json)
+
+
+def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
+    with read_store(workspace) as store:
+        if store is None:
+            raise SessionNotFoundError(f"no session {session_id!r}: {workspace} has no sessions")
+        detail = session_detail(store, workspace, session_id)
+    if as_json:
+        data = session_json(detail.row, detail.summary)
+        data["lock"] = detail.lock_holder
+        data["steps"] = [
+            {
+                "position": s.position,
+                "step": s.step_id,
+                "task": s.task_id,
+                "kind": s.kind,
+                "status": s.status.value,
+                "attempt": s.attempt,
+            }
+            for s in detail.steps
+        ]
+        emit_json(data)
+        return
+    print_status(detail.row, detail.summary, detail.lock_holder, as_json=False)
+    if detail.steps:
+        out_console().print()
+        print_steps(detail.steps)
+
+
+def session_history(workspace: Path, session_id: str, as_json: bool) -> None:
+    with read_store(workspace) as store:
+        if store is None:
+            raise SessionNotFoundError(f"no session {session_id!r}: {workspace} has no sessions")
+        events = session_events(store, session_id)
+    print_history(events, as_json)
+
+
+def session_unlock(workspace: Path, session_id: str, force: bool) -> None:
+    owner = unlock_session(workspace, session_id, force=force)
+    message = f"Removed the lock of {owner.describe()}." if owner else "The session was not locked."
+    out_console().print(message, markup=False)

@@ -1,0 +1,123 @@
+"""Progress of a running session: a Rich display on a terminal, one plain line per
+step otherwise, JSON lines with --json."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from acode.cli.console import emit_json, out_console
+from acode.runtime.observer import Observer, StepNotice, StepPhase
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+__all__ = ["JsonObserver", "PlainObserver", "RichObserver", "choose_observer"]
+
+_MARKS = {
+    StepPhase.DONE: ("✓", "green"),
+    StepPhase.SKIPPED: ("↷", "dim"),
+    StepPhase.RECOVERED: ("✓", "cyan"),
+    StepPhase.ROLLED_BACK: ("↺", "yellow"),
+    StepPhase.FAILED: ("✗", "red"),
+}
+
+
+def _counter(n: StepNotice) -> str:
+    total = f"/{n.total}" if n.total else ""
+    return f"[{n.position + 1}{total}]"
+
+
+def _line(n: StepNotice) -> str:
+    where = f"{n.task_id} > " if n.task_id else ""
+    text = f"{_counter(n)} {where}{n.step_id}: {n.title}"
+    if n.duration_ms is not None:
+        text += f" ({n.duration_ms / 1000:.1f}s)"
+    if n.detail:
+        text += f" — {n.detail}"
+    return text
+
+
+class PlainObserver:
+    """One line per finished step, for logs and pipes."""
+
+    def on_step(self, notice: StepNotice) -> None:
+        # Skipped steps were reported when they ran; resume prints their count instead.
+        if notice.phase in (StepPhase.STARTED, StepPhase.SKIPPED):
+            return
+        mark = _MARKS[notice.phase][0]
+        out_console().print(f"  {mark} {_line(notice)}", markup=False, highlight=False)
+
+
+class JsonObserver:
+    def on_step(self, notice: StepNotice) -> None:
+        record: dict[str, Any] = {
+            "event": "step",
+            "phase": notice.phase.value,
+            "position": notice.position,
+            "step": notice.step_id,
+            "task": notice.task_id,
+            "kind": notice.kind,
+            "title": notice.title,
+        }
+        if notice.total is not None:
+            record["total"] = notice.total
+        if notice.detail:
+            record["detail"] = notice.detail
+        if notice.duration_ms is not None:
+            record["duration_ms"] = notice.duration_ms
+        emit_json(record)
+
+
+class RichObserver:
+    """Finished steps scroll above a live bar with counters, the current step and the
+    elapsed time."""
+
+    def __init__(self, total: int | None) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self._progress: Progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}", style="bold"),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=out_console(),
+            transient=True,
+        )
+        self._task: TaskID = self._progress.add_task("starting", total=total)
+        self._progress.start()
+
+    def on_step(self, notice: StepNotice) -> None:
+        p = self._progress
+        if notice.phase is StepPhase.STARTED:
+            p.update(self._task, description=f"{notice.step_id}: {notice.title}"[:60])
+            return
+        if notice.phase is not StepPhase.SKIPPED:
+            mark, colour = _MARKS[notice.phase]
+            p.console.print(f"  [{colour}]{mark}[/] {_escape(_line(notice))}")
+        if notice.phase in (StepPhase.DONE, StepPhase.RECOVERED, StepPhase.SKIPPED):
+            p.advance(self._task)
+
+    def stop(self) -> None:
+        self._progress.stop()
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def choose_observer(as_json: bool, total: int | None) -> Observer:
+    if as_json:
+        return JsonObserver()
+    if out_console().is_terminal:
+        return RichObserver(total)
+    return PlainObserver()

@@ -1,0 +1,229 @@
+"""How sessions, previews and histories look: Rich tables for people, dicts for --json."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from acode.cli.console import ago, emit_json, iso, out_console
+from acode.domain.events import Event
+from acode.domain.reducer import SessionSummary, StepRecord
+from acode.resume.service import ResumePreview
+from acode.store.records import SessionRow
+
+__all__ = [
+    "event_json",
+    "print_history",
+    "print_preview",
+    "print_session_list",
+    "print_status",
+    "session_json",
+]
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def session_json(row: SessionRow, summary: SessionSummary | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": row.id,
+        "short_id": row.short_id,
+        "state": row.state,
+        "title": row.title,
+        "created_at": iso(row.created_at),
+        "updated_at": iso(row.updated_at),
+        "workspace": row.workspace,
+        "kind": row.kind,
+        "current_task": row.current_task,
+        "current_step": row.current_step,
+        "archived": row.archived,
+    }
+    if summary is not None:
+        data["steps_completed"] = summary.steps_completed
+        data["steps_failed"] = summary.steps_failed
+        data["total_steps"] = summary.total_steps
+        data["pending_approval"] = summary.pending_approval
+        data["resumes"] = summary.resumes
+        data["reason"] = summary.reason
+    return data
+
+
+def print_session_list(rows: list[SessionRow], as_json: bool) -> None:
+    if as_json:
+        emit_json([session_json(r) for r in rows])
+        return
+    console = out_console()
+    if not rows:
+        console.print("No sessions here yet. Start one with: acode run PLAN.yaml")
+        return
+    from rich.table import Table
+
+    now = _now_us()
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("ID", no_wrap=True)
+    table.add_column("STATE", no_wrap=True)
+    table.add_column("UPDATED", no_wrap=True)
+    table.add_column("AT STEP", overflow="ellipsis", max_width=24)
+    table.add_column("TITLE", overflow="ellipsis", ratio=1)
+    for r in rows:
+        table.add_row(r.short_id, r.state, ago(r.updated_at, now), r.current_step or "-", r.title)
+    console.print(table)
+
+
+def print_status(
+    row: SessionRow,
+    summary: SessionSummary,
+    lock_holder: str | None,
+    as_json: bool,
+) -> None:
+    if as_json:
+        data = session_json(row, summary)
+        data["lock"] = lock_holder
+        data["sync"] = {"status": "local", "remote": None}
+        emit_json(data)
+        return
+    console = out_console()
+    total = f"/{summary.total_steps}" if summary.total_steps is not None else ""
+    lines = [
+        f"Session: {row.short_id}  ({row.id})",
+        f"Title:   {row.title}",
+        f"State:   {row.state}" + (f" ({summary.reason})" if summary.reason else ""),
+        f"Steps:   {summary.steps_completed}{total} completed"
+        + (f", {summary.steps_failed} failed" if summary.steps_failed else ""),
+    ]
+    if summary.current_step:
+        where = f"{summary.current_task} > " if summary.current_task else ""
+        lines.append(f"At:      {where}{summary.current_step}")
+    if summary.pending_approval:
+        lines.append(
+            f"Waiting: approval of {summary.pending_approval} "
+            f"(acode approve {row.short_id} [--deny])"
+        )
+    lines.append(f"Updated: {ago(row.updated_at, _now_us())} ({iso(row.updated_at)})")
+    lines.append(f"Lock:    {lock_holder or 'free'}")
+    lines.append("Sync:    local only (no remote configured)")
+    for line in lines:
+        console.print(line, markup=False)
+
+
+def print_steps(steps: list[StepRecord]) -> None:
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("#", "STEP", "TASK", "KIND", "STATUS", "ATTEMPT"):
+        table.add_column(name, no_wrap=name != "STEP")
+    for s in steps:
+        table.add_row(
+            str(s.position + 1),
+            s.step_id,
+            s.task_id or "-",
+            s.kind,
+            s.status.value,
+            str(s.attempt),
+        )
+    out_console().print(table)
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    return {
+        "seq": event.seq,
+        "event_id": event.event_id,
+        "ts": iso(event.ts_us),
+        "ts_us": event.ts_us,
+        "type": event.type.value,
+        "payload": event.payload,
+        "hash": event.hash.hex(),
+    }
+
+
+def _event_detail(event: Event) -> str:
+    p = event.payload
+    match event.type.value:
+        case "state_changed":
+            return f"{p['from']} -> {p['to']}" + (f" ({p['reason']})" if p.get("reason") else "")
+        case "session_created":
+            return str(p.get("title", ""))
+        case "session_resumed":
+            return (
+                f"skipped {p.get('skipped_steps')} steps from checkpoint {p.get('checkpoint_id')}"
+            )
+        case "approval_decided":
+            return f"{'approved' if p.get('approved') else 'denied'} by {p.get('by')}"
+        case "step_failed":
+            return str(p.get("error", ""))[:80]
+        case _:
+            return ""
+
+
+def print_history(events: list[Event], as_json: bool) -> None:
+    if as_json:
+        emit_json([event_json(e) for e in events])
+        return
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("SEQ", justify="right", no_wrap=True)
+    table.add_column("TIME (UTC)", no_wrap=True)
+    table.add_column("EVENT", no_wrap=True)
+    table.add_column("STEP", overflow="ellipsis", max_width=24)
+    table.add_column("DETAIL", overflow="ellipsis", ratio=1)
+    for e in events:
+        step = e.payload.get("step")
+        table.add_row(
+            str(e.seq), iso(e.ts_us), e.type.value, str(step) if step else "", _event_detail(e)
+        )
+    out_console().print(table)
+
+
+def _where(preview: ResumePreview) -> str:
+    c = preview.continuation
+    if c is not None and c.resume_task_number is not None:
+        return f"Task {c.resume_task_number}, Step {c.resume_step_number}"
+    s = preview.summary
+    return f"step {s.next_position + 1}" if s.current_step else "the start"
+
+
+def preview_json(preview: ResumePreview) -> dict[str, Any]:
+    data = preview.log_record()
+    data["state"] = preview.summary.state.value
+    data["title"] = preview.row.title
+    data["resume_at"] = _where(preview)
+    if preview.continuation is not None:
+        data["continuation"] = preview.continuation.to_dict()
+    return data
+
+
+def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> None:
+    if as_json:
+        emit_json({"event": "resume_preview" if dry_run else "resuming", **preview_json(preview)})
+        return
+    s, c = preview.summary, preview.continuation
+    short = preview.row.short_id
+    remaining = f"{s.total_steps - s.steps_completed}" if s.total_steps is not None else "?"
+    lines: list[str]
+    if dry_run:
+        lines = [
+            f"Would resume session {short}: {preview.row.title}",
+            f"  Current state: {s.state.value}",
+            f"  Last checkpoint: {preview.checkpoint_id} (event {s.seq})",
+            f"  Skipping: {s.steps_completed} steps (complete)",
+            f"  Remaining: {remaining} steps, from {_where(preview)}",
+        ]
+        if c is not None and c.in_progress:
+            lines.append(f"  In progress: {c.in_progress} ({c.in_progress_action})")
+        lines.append("  Sync status: local only")
+    else:
+        lines = [
+            f"Resuming session {short}: {preview.row.title}",
+            f"  Loaded state: {s.state.value} at {_where(preview)}",
+        ]
+        if c is not None:
+            for task in c.skipped_tasks:
+                lines.append(f"  Skipping: Task {task} (complete)")
+            if c.in_progress:
+                lines.append(f"  In progress: {c.in_progress} -> {c.in_progress_action}")
+        lines.append(f"  Starting from: {_where(preview)} ({remaining} steps remaining)")
+    console = out_console()
+    for line in lines:
+        console.print(line, markup=False)

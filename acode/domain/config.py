@@ -1,0 +1,292 @@
+"""The settings of a workspace (``.agent/config.yml``) as values, and their validation.
+
+Pure: this module sees only the mapping YAML produced. Reading the file and applying
+environment overrides happen in ``acode.runtime.config``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from acode.errors import ConfigError
+
+__all__ = [
+    "AcodeConfig",
+    "ModelSettings",
+    "ResumeSettings",
+    "RunSettings",
+    "SyncSettings",
+    "config_hash",
+    "config_to_dict",
+    "parse_config",
+]
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    base_url: str = "http://localhost:11434/v1"
+    name: str = "llama3.2"
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    api_key_env: str | None = None
+    timeout_seconds: float = 120.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class ResumeSettings:
+    in_progress_strategy: Literal["rollback", "retry", "prompt"] = "rollback"
+    changed_files_action: Literal["prompt", "continue", "abort"] = "prompt"
+    validate_environment: bool = True
+    validation_timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    default_timeout_seconds: float = 600.0
+    max_output_bytes: int = 65536
+
+
+@dataclass(frozen=True)
+class SyncSettings:
+    remote: str | None = None
+
+
+@dataclass(frozen=True)
+class AcodeConfig:
+    model: ModelSettings = field(default_factory=ModelSettings)
+    resume: ResumeSettings = field(default_factory=ResumeSettings)
+    run: RunSettings = field(default_factory=RunSettings)
+    sync: SyncSettings = field(default_factory=SyncSettings)
+    durability: Literal["full", "normal"] = "full"
+
+
+# Returned by a rule's parser for a value it refuses (None is a valid value of some keys).
+_INVALID: Final = object()
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """What one key accepts. ``echo`` is False where a wrong value may be a secret."""
+
+    expected: str
+    parse: Callable[[object], object]  # the normalized value, or _INVALID
+    echo: bool = True
+
+
+def _as_int(value: object) -> int | None:
+    # bool is a subclass of int, yet `max_tokens: true` is a mistake, not 1.
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _as_number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _number_between(low: float, high: float) -> _Rule:
+    def parse(value: object) -> object:
+        number = _as_number(value)
+        return number if number is not None and low <= number <= high else _INVALID
+
+    return _Rule(f"a number between {low:g} and {high:g}", parse)
+
+
+def _positive_number() -> _Rule:
+    def parse(value: object) -> object:
+        number = _as_number(value)
+        return number if number is not None and number > 0 else _INVALID
+
+    return _Rule("a positive number", parse)
+
+
+def _positive_int() -> _Rule:
+    def parse(value: object) -> object:
+        number = _as_int(value)
+        return number if number is not None and number > 0 else _INVALID
+
+    return _Rule("a positive whole number", parse)
+
+
+def _optional_int() -> _Rule:
+    return _Rule(
+        "a whole number or null", lambda v: v if v is None or _as_int(v) is not None else _INVALID
+    )
+
+
+def _text() -> _Rule:
+    return _Rule(
+        "a non-empty string", lambda v: v if isinstance(v, str) and v.strip() else _INVALID
+    )
+
+
+def _optional_text() -> _Rule:
+    return _Rule(
+        "a non-empty string or null",
+        lambda v: v if v is None or (isinstance(v, str) and v.strip()) else _INVALID,
+    )
+
+
+def _http_url() -> _Rule:
+    def parse(value: object) -> object:
+        ok = isinstance(value, str) and re.match(r"https?://[^/\s]+", value) is not None
+        return value if ok else _INVALID
+
+    return _Rule("an http:// or https:// URL", parse)
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_var_name() -> _Rule:
+    def parse(value: object) -> object:
+        ok = value is None or (isinstance(value, str) and _ENV_NAME.fullmatch(value))
+        return value if ok else _INVALID
+
+    # People paste the key itself here; never echo it back into an error message.
+    return _Rule(
+        "the NAME of an environment variable holding the key (e.g. OPENAI_API_KEY), or null",
+        parse,
+        echo=False,
+    )
+
+
+def _boolean() -> _Rule:
+    return _Rule("true or false", lambda v: v if isinstance(v, bool) else _INVALID)
+
+
+def _one_of(*options: str) -> _Rule:
+    return _Rule(
+        "one of " + ", ".join(repr(o) for o in options),
+        lambda v: v if isinstance(v, str) and v in options else _INVALID,
+    )
+
+
+_SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
+    "model": (
+        ModelSettings,
+        {
+            "base_url": _http_url(),
+            "name": _text(),
+            "temperature": _number_between(0, 2),
+            "max_tokens": _positive_int(),
+            "api_key_env": _env_var_name(),
+            "timeout_seconds": _positive_number(),
+            "seed": _optional_int(),
+        },
+    ),
+    "resume": (
+        ResumeSettings,
+        {
+            "in_progress_strategy": _one_of("rollback", "retry", "prompt"),
+            "changed_files_action": _one_of("prompt", "continue", "abort"),
+            "validate_environment": _boolean(),
+            "validation_timeout_seconds": _positive_number(),
+        },
+    ),
+    "run": (
+        RunSettings,
+        {"default_timeout_seconds": _positive_number(), "max_output_bytes": _positive_int()},
+    ),
+    "sync": (SyncSettings, {"remote": _optional_text()}),
+}
+_TOP_LEVEL_SCALARS: dict[str, _Rule] = {"durability": _one_of("full", "normal")}
+
+
+def _show(value: object) -> str:
+    """A value as the person wrote it in YAML, kept short."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _unknown_key(key: object, known: list[str]) -> str:
+    close = difflib.get_close_matches(str(key), known, n=1) if isinstance(key, str) else []
+    suggestion = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown key{suggestion}; known keys: {', '.join(known)}"
+
+
+def _check(rule: _Rule, value: object, where: str, problems: list[str]) -> object:
+    parsed = rule.parse(value)
+    if parsed is not _INVALID:
+        return parsed
+    got = f", got {_show(value)}" if rule.echo else " (value not shown: it may be a secret)"
+    problems.append(f"{where}: expected {rule.expected}{got}")
+    return None
+
+
+def _parse_section(name: str, data: object, problems: list[str]) -> Any:
+    cls, rules = _SECTIONS[name]
+    if data is None:  # `model:` with nothing under it
+        return cls()
+    if not isinstance(data, Mapping):
+        problems.append(f"{name}: expected a mapping of settings, got {_show(data)}")
+        return cls()
+    values: dict[str, object] = {}
+    for key, value in data.items():
+        if key not in rules:
+            problems.append(f"{name}.{key}: {_unknown_key(key, list(rules))}")
+            continue
+        values[key] = _check(rules[key], value, f"{name}.{key}", problems)
+    return cls() if problems else cls(**values)
+
+
+def parse_config(data: object, source: str) -> AcodeConfig:
+    """Validate the mapping read from ``source``; every problem is reported in one error."""
+    if data is None:
+        return AcodeConfig()
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{source}: expected a mapping of settings at the top level, got {_show(data)}",
+            hint=f"start {source} with sections such as `model:` or `resume:`, "
+            "or delete it to use the defaults",
+        )
+    problems: list[str] = []
+    known = [*_SECTIONS, *_TOP_LEVEL_SCALARS]
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _SECTIONS:
+            values[key] = _parse_section(key, value, problems)
+        elif key in _TOP_LEVEL_SCALARS:
+            values[key] = _check(_TOP_LEVEL_SCALARS[key], value, key, problems)
+        else:
+            problems.append(f"{key}: {_unknown_key(key, known)}")
+    if problems:
+        raise ConfigError(
+            "\n".join(f"{source}: {problem}" for problem in problems),
+            hint=f"fix {'this key' if len(problems) == 1 else 'these keys'} in {source} "
+            "(every key is described in docs/configuration.md), "
+            "or delete the file to use the defaults",
+        )
+    return AcodeConfig(**values)
+
+
+def config_to_dict(cfg: AcodeConfig) -> dict[str, object]:
+    """A JSON-able copy that ``parse_config`` turns back into an equal config."""
+    return dataclasses.asdict(cfg)
+
+
+def config_hash(cfg: AcodeConfig) -> str:
+    """SHA-256 of the canonical JSON: equal configs hash equal, whatever their key order."""
+    canonical = json.dumps(config_to_dict(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

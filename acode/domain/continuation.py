@@ -1,0 +1,91 @@
+"""Continuation planning: given a plan and what was recorded, what resume will do.
+
+Pure: the plan and the step statuses in, a ContinuationPlan out. It is shown to the
+person and logged before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from acode.domain.plan import Plan, StepKind, StepSpec
+from acode.domain.reducer import StepStatus
+
+__all__ = ["ContinuationPlan", "expected_action", "plan_continuation"]
+
+
+@dataclass(frozen=True)
+class ContinuationPlan:
+    skipped_tasks: tuple[str, ...]
+    skipped_steps: tuple[str, ...]
+    in_progress: str | None
+    in_progress_action: str | None
+    pending_steps: tuple[str, ...]
+    resume_task: str | None
+    resume_task_number: int | None
+    resume_step_number: int | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "skipped_tasks": list(self.skipped_tasks),
+            "skipped_steps": list(self.skipped_steps),
+            "in_progress": self.in_progress,
+            "in_progress_action": self.in_progress_action,
+            "pending_steps": list(self.pending_steps),
+            "resume_task": self.resume_task,
+        }
+
+
+def expected_action(step: StepSpec) -> str:
+    """What resume is expected to do with an interrupted step of this kind; the final
+    word comes from the step itself when it runs (hashes, trailers, checks)."""
+    match step.kind:
+        case StepKind.WRITE | StepKind.EDIT:
+            return "compare with pre/post image"
+        case StepKind.RUN if step.idempotent:
+            return "retry"
+        case StepKind.RUN if step.check:
+            return "check, else rollback_retry"
+        case StepKind.RUN:
+            return "rollback_retry" if step.paths else "retry"
+        case StepKind.APPROVE:
+            return "ask again unless decided"
+        case StepKind.COMMIT:
+            return "find commit by trailer, else commit"
+        case _:
+            return "retry"
+
+
+def plan_continuation(plan: Plan, statuses: Mapping[str, StepStatus]) -> ContinuationPlan:
+    skipped_tasks: list[str] = []
+    skipped: list[str] = []
+    pending: list[str] = []
+    in_progress: StepSpec | None = None
+    resume_at: tuple[str, int, int] | None = None
+    for t_index, task in enumerate(plan.tasks, start=1):
+        task_done = True
+        for s_index, step in enumerate(task.steps, start=1):
+            status = statuses.get(step.id)
+            if status is StepStatus.COMPLETED:
+                skipped.append(step.id)
+                continue
+            task_done = False
+            if resume_at is None:
+                resume_at = (task.id, t_index, s_index)
+            if status in (StepStatus.IN_PROGRESS, StepStatus.ROLLED_BACK) and in_progress is None:
+                in_progress = step
+            else:
+                pending.append(step.id)
+        if task_done:
+            skipped_tasks.append(task.id)
+    return ContinuationPlan(
+        skipped_tasks=tuple(skipped_tasks),
+        skipped_steps=tuple(skipped),
+        in_progress=in_progress.id if in_progress else None,
+        in_progress_action=expected_action(in_progress) if in_progress else None,
+        pending_steps=tuple(pending),
+        resume_task=resume_at[0] if resume_at else None,
+        resume_task_number=resume_at[1] if resume_at else None,
+        resume_step_number=resume_at[2] if resume_at else None,
+    )

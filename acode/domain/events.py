@@ -1,0 +1,64 @@
+"""Events: immutable records of what happened in a session.
+
+An event's payload is kept as the exact JSON text that was hashed and stored, so
+verifying the hash chain never depends on re-encoding.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+__all__ = ["PAYLOAD_VERSION", "Event", "EventType", "canonical_json", "replay_order"]
+
+PAYLOAD_VERSION = 1
+
+
+class EventType(StrEnum):
+    SESSION_CREATED = "session_created"
+    PLAN_RECORDED = "plan_recorded"
+    STATE_CHANGED = "state_changed"
+    SESSION_RESUMED = "session_resumed"
+    STEP_STARTED = "step_started"
+    STEP_COMPLETED = "step_completed"
+    STEP_FAILED = "step_failed"
+    STEP_ROLLED_BACK = "step_rolled_back"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_DECIDED = "approval_decided"
+
+
+def canonical_json(value: object) -> str:
+    """The one JSON encoding acode hashes and stores: sorted keys, no spaces, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Event:
+    session_id: str
+    seq: int
+    event_id: str
+    ts_us: int
+    type: EventType
+    payload_json: str
+    hash: bytes = field(repr=False)
+
+    @cached_property
+    def payload(self) -> dict[str, Any]:
+        value = json.loads(self.payload_json)
+        if not isinstance(value, dict):
+            raise ValueError(f"event {self.seq} payload is not an object")
+        return value
+
+
+def replay_order(events: list[Event]) -> tuple[list[Event], Event | None]:
+    """Events in (timestamp, event_id) order, and the first event whose position in
+    that order disagrees with its sequence number (None when they agree)."""
+    ordered = sorted(events, key=lambda e: (e.ts_us, e.event_id))
+    by_seq = sorted(events, key=lambda e: e.seq)
+    for a, b in zip(ordered, by_seq, strict=True):
+        if a.seq != b.seq:
+            return ordered, b
+    return ordered, None

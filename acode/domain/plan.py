@@ -1,0 +1,621 @@
+"""Plans: tasks of steps as frozen values, and the validation that builds one from plain data.
+
+Pure: no YAML and no I/O. The loader (``acode.runtime.plan_loader``) hands over the parsed
+data and a ``line_of`` function that maps a node path such as ``("tasks", 1, "steps", 0,
+"write")`` to its line, so every problem is reported as ``<file>:<line>: <problem>``, and
+all the problems of a file are reported together, before anything runs.
+
+``Plan.to_dict()`` has the shape of a plan file, so the dict recorded in the event log reads
+like the file it came from and goes back through the same validation in ``Plan.from_dict``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import posixpath
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeAlias
+
+from acode.errors import PlanError
+
+__all__ = [
+    "LineLookup",
+    "NodePath",
+    "Plan",
+    "PlanProblem",
+    "StepKind",
+    "StepSpec",
+    "TaskSpec",
+    "build_plan",
+    "plan_error",
+]
+
+NodePath: TypeAlias = tuple[str | int, ...]
+LineLookup: TypeAlias = Callable[[NodePath], int | None]
+
+
+class StepKind(StrEnum):
+    """What a step does. A step names its kind by carrying exactly one key of that name."""
+
+    READ = "read"
+    WRITE = "write"
+    EDIT = "edit"
+    RUN = "run"
+    MODEL = "model"
+    APPROVE = "approve"
+    COMMIT = "commit"
+    PYTHON = "python"
+
+
+_KIND_NAMES = tuple(kind.value for kind in StepKind)
+_KIND_KEYS = frozenset(_KIND_NAMES)
+_EXTRA_KEYS: dict[StepKind, tuple[str, ...]] = {
+    StepKind.READ: (),
+    StepKind.WRITE: ("content",),
+    StepKind.EDIT: ("old", "new"),
+    StepKind.RUN: ("idempotent", "timeout", "paths", "check"),
+    StepKind.MODEL: (),
+    StepKind.APPROVE: (),
+    StepKind.COMMIT: (),
+    StepKind.PYTHON: (),
+}
+# What the value of the kind key is, for messages such as "step 'x' has an empty command".
+_TARGET_NOUN: dict[StepKind, str] = {
+    StepKind.READ: "path",
+    StepKind.WRITE: "path",
+    StepKind.EDIT: "path",
+    StepKind.RUN: "command",
+    StepKind.MODEL: "prompt",
+    StepKind.APPROVE: "question",
+    StepKind.COMMIT: "message",
+    StepKind.PYTHON: "function",
+}
+_FILE_KINDS = frozenset({StepKind.READ, StepKind.WRITE, StepKind.EDIT})
+_PLAN_KEYS = ("title", "tasks")
+_TASK_KEYS = ("id", "title", "steps")
+_ALL_STEP_KEYS = ("id", "title", *_KIND_NAMES, *(k for keys in _EXTRA_KEYS.values() for k in keys))
+_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_ID_RULE = "use 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+_TITLE_WIDTH = 60
+
+
+def _step_keys(kind: StepKind) -> tuple[str, ...]:
+    return ("id", "title", kind.value, *_EXTRA_KEYS[kind])
+
+
+def _default_title(kind: StepKind, target: str) -> str:
+    lines = target.strip().splitlines()
+    title = f"{kind.value}: {lines[0] if lines else ''}"
+    return title if len(title) <= _TITLE_WIDTH else title[: _TITLE_WIDTH - 3] + "..."
+
+
+@dataclass(frozen=True)
+class PlanProblem:
+    """One thing wrong with a plan file; ``line`` is 1-based, None when unknown."""
+
+    line: int | None
+    message: str
+
+    def render(self, source: str) -> str:
+        where = source if self.line is None else f"{source}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step as the plan declares it. ``target`` is the value of the kind key: a path
+    (read, write, edit), a command (run), a question (approve), a prompt (model), a commit
+    message (commit) or ``module.path:function`` (python). An empty ``title`` is derived
+    from the kind and target."""
+
+    id: str
+    kind: StepKind
+    task_id: str
+    target: str
+    title: str = ""
+    content: str | None = None
+    old: str | None = None
+    new: str | None = None
+    idempotent: bool = False
+    timeout: float | None = None
+    paths: tuple[str, ...] = ()
+    check: str | None = None
+    line: int | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.title:
+            object.__setattr__(self, "title", _default_title(self.kind, self.target))
+
+    def to_dict(self) -> dict[str, object]:
+        """The step as a plan file writes it; defaults, task id and line are left out."""
+        data: dict[str, object] = {"id": self.id}
+        if self.title != _default_title(self.kind, self.target):
+            data["title"] = self.title
+        data[self.kind.value] = self.target
+        optional: dict[str, object | None] = {
+            "content": self.content,
+            "old": self.old,
+            "new": self.new,
+            "idempotent": True if self.idempotent else None,
+            "timeout": self.timeout,
+            "paths": list(self.paths) if self.paths else None,
+            "check": self.check,
+        }
+        data.update((key, value) for key, value in optional.items() if value is not None)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object], task_id: str) -> StepSpec:
+        """Rebuild a step from ``to_dict()``; the same checks as a plan file, raising PlanError."""
+        checker = _Checker("recorded step", _no_lines)
+        step = _step(checker, data, (), "step", task_id)
+        if step is None or checker.problems:
+            raise plan_error(checker.source, checker.problems)
+        return step
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A named group of steps; its steps run in order."""
+
+    id: str
+    title: str
+    steps: tuple[StepSpec, ...]
+    line: int | None = field(default=None, compare=False)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "title": self.title, "steps": [s.to_dict() for s in self.steps]}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Ordered tasks of ordered steps; step ids are unique across the whole plan."""
+
+    title: str
+    tasks: tuple[TaskSpec, ...]
+
+    def steps(self) -> tuple[StepSpec, ...]:
+        """Every step of every task, in the order they run."""
+        return tuple(step for task in self.tasks for step in task.steps)
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-able dict in the shape of a plan file (this is what the event log records)."""
+        return {"title": self.title, "tasks": [task.to_dict() for task in self.tasks]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Plan:
+        """Rebuild a plan from ``to_dict()``, with the checks of a plan file."""
+        return build_plan(data, source="recorded plan", line_of=_no_lines)
+
+
+def build_plan(data: object, *, source: str, line_of: LineLookup) -> Plan:
+    """Validate plain data (as parsed from a plan file) and build the Plan.
+
+    Raises PlanError listing every problem as ``<source>:<line>: <problem>``.
+    """
+    checker = _Checker(source, line_of)
+    plan = _plan(checker, data)
+    if plan is None or checker.problems:
+        raise plan_error(source, checker.problems)
+    return plan
+
+
+def plan_error(source: str, problems: Sequence[PlanProblem]) -> PlanError:
+    """The PlanError for these problems, one ``<source>:<line>: <problem>`` line each."""
+    ordered = sorted(problems, key=lambda p: p.line or 0)
+    lines = [problem.render(source) for problem in ordered]
+    if len(lines) > 1:
+        lines.insert(0, f"{source}: {len(lines)} problems in the plan")
+    return PlanError(
+        "\n".join(lines),
+        hint="Fix the plan and run again; docs/plans.md lists every step kind and its keys.",
+    )
+
+
+def _no_lines(path: NodePath) -> int | None:
+    return None
+
+
+@dataclass
+class _Checker:
+    """Collects every problem of one plan, so that a person can fix them all in one pass."""
+
+    source: str
+    line_of: LineLookup
+    problems: list[PlanProblem] = field(default_factory=list)
+    first_use: dict[tuple[str, str], int | None] = field(default_factory=dict)
+
+    def line(self, path: NodePath) -> int | None:
+        # A node the lookup does not know (reached through a YAML alias, say) is reported
+        # at its nearest known ancestor rather than at no line at all.
+        for end in range(len(path), -1, -1):
+            found = self.line_of(path[:end])
+            if found is not None:
+                return found
+        return None
+
+    def add(self, path: NodePath, message: str) -> None:
+        self.problems.append(PlanProblem(self.line(path), message))
+
+    def claim(self, what: str, ident: str, path: NodePath) -> None:
+        """Record the use of a task or step id; a second use is a problem naming both lines."""
+        key = (what, ident)
+        if key not in self.first_use:
+            self.first_use[key] = self.line(path)
+            return
+        first = self.first_use[key]
+        where = f"on line {first}" if first is not None else f"by an earlier {what}"
+        self.add(path, f"duplicate {what} id {ident!r}; it is already used {where}")
+
+
+def _plan(c: _Checker, data: object) -> Plan | None:
+    if data is None:
+        c.add((), "the plan is empty; it needs a 'title' and a list of 'tasks'")
+        return None
+    if not isinstance(data, Mapping):
+        c.add((), f"the plan must be a mapping with 'title' and 'tasks', got {_describe(data)}")
+        return None
+    _check_keys(c, data, (), _PLAN_KEYS, owner="the plan", takes="the plan takes")
+    title = _text(c, data, (), "title", "the plan")
+    raw_tasks = _items(c, data, (), "tasks", owner="the plan", item="task")
+    tasks = [_task(c, raw, ("tasks", i), i) for i, raw in enumerate(raw_tasks or ())]
+    if title is None or c.problems:
+        return None
+    return Plan(title=title, tasks=tuple(task for task in tasks if task is not None))
+
+
+def _task(c: _Checker, raw: object, path: NodePath, index: int) -> TaskSpec | None:
+    if not isinstance(raw, Mapping):
+        c.add(
+            path,
+            f"task {index + 1} must be a mapping with 'id', 'title' and 'steps', "
+            f"got {_describe(raw)}",
+        )
+        return None
+    before = len(c.problems)
+    owner = _label("task", raw, f"task {index + 1}")
+    _check_keys(c, raw, path, _TASK_KEYS, owner=owner, takes="a task takes")
+    task_id = _ident(c, raw, path, owner, "task")
+    title = _text(c, raw, path, "title", owner)
+    raw_steps = _items(c, raw, path, "steps", owner=owner, item="step")
+    steps = [
+        _step(c, step, (*path, "steps", j), f"step {j + 1} of {owner}", task_id or "")
+        for j, step in enumerate(raw_steps or ())
+    ]
+    if task_id is None or title is None or len(c.problems) > before:
+        return None
+    return TaskSpec(
+        id=task_id,
+        title=title,
+        steps=tuple(step for step in steps if step is not None),
+        line=c.line(path),
+    )
+
+
+@dataclass(frozen=True)
+class _Extras:
+    """The keys beside the kind key; each kind fills in its own."""
+
+    content: str | None = None
+    old: str | None = None
+    new: str | None = None
+    idempotent: bool = False
+    timeout: float | None = None
+    paths: tuple[str, ...] = ()
+    check: str | None = None
+
+
+def _step(c: _Checker, raw: object, path: NodePath, fallback: str, task_id: str) -> StepSpec | None:
+    if not isinstance(raw, Mapping):
+        c.add(
+            path,
+            f"{fallback} must be a mapping with an 'id' and one kind key, got {_describe(raw)}",
+        )
+        return None
+    before = len(c.problems)
+    owner = _label("step", raw, fallback)
+    kind = _kind(c, raw, path, owner)
+    step_id = _ident(c, raw, path, owner, "step")
+    title = _text(c, raw, path, "title", owner, required=False)
+    if kind is None:
+        return None
+    target = _target(c, raw, path, owner, kind)
+    extras = _extras(c, raw, path, owner, kind)
+    if step_id is None or target is None or len(c.problems) > before:
+        return None
+    return StepSpec(
+        id=step_id,
+        kind=kind,
+        task_id=task_id,
+        target=target,
+        title=title or "",
+        content=extras.content,
+        old=extras.old,
+        new=extras.new,
+        idempotent=extras.idempotent,
+        timeout=extras.timeout,
+        paths=extras.paths,
+        check=extras.check,
+        line=c.line(path),
+    )
+
+
+def _extras(
+    c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str, kind: StepKind
+) -> _Extras:
+    if kind is StepKind.WRITE:
+        return _Extras(content=_text(c, raw, path, "content", f"write {owner}", empty_ok=True))
+    if kind is StepKind.EDIT:
+        return _edit(c, raw, path, owner)
+    if kind is StepKind.RUN:
+        return _run(c, raw, path, owner)
+    return _Extras()
+
+
+def _kind(c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str) -> StepKind | None:
+    found = [key for key in raw if key in _KIND_KEYS]
+    if len(found) == 1:
+        kind = StepKind(found[0])
+        _check_keys(
+            c,
+            raw,
+            path,
+            _step_keys(kind),
+            owner=owner,
+            takes=f"{_article(kind.value)} {kind.value} step takes",
+            kind=kind,
+        )
+        return kind
+    if not found:
+        c.add(
+            path,
+            f"{owner} has no kind key; give it exactly one of: {', '.join(_KIND_NAMES)}",
+        )
+    elif len(found) == 2:
+        c.add(
+            _sub(path, found[1]),
+            f"{owner} has both {found[0]!r} and {found[1]!r}; a step carries exactly one kind key",
+        )
+    else:
+        c.add(
+            _sub(path, found[1]),
+            f"{owner} has {len(found)} kind keys ({_quoted(found)}); "
+            "a step carries exactly one kind key",
+        )
+    _check_keys(c, raw, path, _ALL_STEP_KEYS, owner=owner, takes="a step takes")
+    return None
+
+
+def _check_keys(
+    c: _Checker,
+    data: Mapping[Any, Any],
+    path: NodePath,
+    allowed: Sequence[str],
+    *,
+    owner: str,
+    takes: str,
+    kind: StepKind | None = None,
+) -> None:
+    """Refuse keys not in ``allowed``: a misspelling gets a suggestion, and a key of another
+    step kind (``content`` on a run step) is named as not belonging rather than unknown."""
+    listing = f"({takes}: {', '.join(allowed)})"
+    for key in data:
+        if key in allowed:
+            continue
+        if kind is not None and key in _ALL_STEP_KEYS:
+            c.add(
+                _sub(path, key),
+                f"{key!r} does not belong in {kind.value} {owner} {listing}",
+            )
+            continue
+        matches = difflib.get_close_matches(key, allowed, n=1) if isinstance(key, str) else []
+        suggestion = f"; did you mean {matches[0]!r}?" if matches else ""
+        c.add(_sub(path, key), f"unknown key {key!r} in {owner}{suggestion} {listing}")
+
+
+def _ident(
+    c: _Checker, data: Mapping[Any, Any], path: NodePath, owner: str, what: str
+) -> str | None:
+    if "id" not in data:
+        c.add(path, f"{owner} has no 'id'")
+        return None
+    value = data["id"]
+    if not isinstance(value, str):
+        c.add(
+            (*path, "id"),
+            f"the id of {owner} must be a string, got {_describe(value)}; put it in quotes",
+        )
+        return None
+    if not _ID_PATTERN.fullmatch(value):
+        c.add((*path, "id"), f"{what} id {value!r} is not valid: {_ID_RULE}")
+        return None
+    c.claim(what, value, path)
+    return value
+
+
+def _text(
+    c: _Checker,
+    data: Mapping[Any, Any],
+    path: NodePath,
+    key: str,
+    owner: str,
+    *,
+    required: bool = True,
+    empty_ok: bool = False,
+) -> str | None:
+    if key not in data:
+        if required:
+            c.add(path, f"{owner} has no {key!r}")
+        return None
+    value = data[key]
+    if not isinstance(value, str):
+        c.add((*path, key), f"{key!r} of {owner} must be a string, got {_describe(value)}")
+        return None
+    if not empty_ok and not value.strip():
+        c.add((*path, key), f"{key!r} of {owner} is empty")
+        return None
+    return value
+
+
+def _items(
+    c: _Checker, data: Mapping[Any, Any], path: NodePath, key: str, *, owner: str, item: str
+) -> list[object] | None:
+    if key not in data:
+        c.add(path, f"{owner} has no {key!r}; give it a list of {item}s")
+        return None
+    value = data[key]
+    if not isinstance(value, list):
+        c.add((*path, key), f"{key!r} of {owner} must be a list of {item}s, got {_describe(value)}")
+        return None
+    if not value:
+        c.add((*path, key), f"{key!r} of {owner} is empty; give it at least one {item}")
+        return None
+    return value
+
+
+def _target(
+    c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str, kind: StepKind
+) -> str | None:
+    key_path = (*path, kind.value)
+    value = raw[kind.value]
+    noun = _TARGET_NOUN[kind]
+    if not isinstance(value, str):
+        c.add(key_path, f"the {noun} of {owner} must be a string, got {_describe(value)}")
+        return None
+    if not value.strip():
+        c.add(key_path, f"{owner} has an empty {noun}")
+        return None
+    if kind in _FILE_KINDS:
+        problem = _path_problem(value)
+    elif kind is StepKind.PYTHON:
+        problem = _python_problem(value)
+    else:
+        problem = None
+    if problem:
+        c.add(key_path, f"{owner}: {problem}")
+        return None
+    return value
+
+
+def _path_problem(path: str) -> str | None:
+    if path.startswith("/"):
+        return f"path {path!r} is absolute; paths are relative to the workspace"
+    normal = posixpath.normpath(path)
+    if normal == ".." or normal.startswith("../"):
+        return f"path {path!r} leads outside the workspace"
+    return None
+
+
+def _python_problem(target: str) -> str | None:
+    module, colon, function = target.partition(":")
+    parts = module.split(".")
+    if colon and function.isidentifier() and all(part.isidentifier() for part in parts):
+        return None
+    return f"python target {target!r} is not of the form 'module.path:function'"
+
+
+def _edit(c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str) -> _Extras:
+    old = _text(c, raw, path, "old", f"edit {owner}")
+    new = _text(c, raw, path, "new", f"edit {owner}", empty_ok=True)
+    if old is not None and old == new:
+        c.add(
+            (*path, "new"),
+            f"'old' and 'new' of {owner} are the same; the edit would change nothing",
+        )
+    return _Extras(old=old, new=new)
+
+
+def _run(c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str) -> _Extras:
+    idempotent = raw.get("idempotent", False)
+    if not isinstance(idempotent, bool):
+        c.add(
+            (*path, "idempotent"),
+            f"'idempotent' of {owner} must be true or false, got {_describe(idempotent)}",
+        )
+        idempotent = False
+    return _Extras(
+        idempotent=idempotent,
+        timeout=_timeout(c, raw, path, owner),
+        paths=_globs(c, raw, path, owner),
+        check=_text(c, raw, path, "check", owner, required=False),
+    )
+
+
+def _timeout(c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str) -> float | None:
+    value = raw.get("timeout")
+    if value is None:
+        return None
+    # bool is an int in Python, and `timeout: yes` is surely a mistake.
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    ):
+        return float(value)
+    c.add(
+        (*path, "timeout"),
+        f"'timeout' of {owner} must be a positive number of seconds, got {_describe(value)}",
+    )
+    return None
+
+
+def _globs(c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str) -> tuple[str, ...]:
+    value = raw.get("paths", [])
+    key_path = (*path, "paths")
+    if not isinstance(value, list):
+        c.add(key_path, f"'paths' of {owner} must be a list of strings, got {_describe(value)}")
+        return ()
+    globs: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            c.add(
+                (*key_path, i),
+                f"'paths' of {owner} must be a list of strings, "
+                f"got {_describe(item)} as item {i + 1}",
+            )
+            continue
+        problem = _path_problem(item)
+        if problem:
+            c.add((*key_path, i), f"{owner}: {problem}")
+            continue
+        globs.append(item)
+    return tuple(globs)
+
+
+def _label(what: str, data: Mapping[Any, Any], fallback: str) -> str:
+    ident = data.get("id")
+    return f"{what} {ident!r}" if isinstance(ident, str) and ident else fallback
+
+
+def _sub(path: NodePath, key: object) -> NodePath:
+    # YAML keys can be numbers, dates or null; only those a path can hold get a line of their own.
+    return (*path, key) if isinstance(key, str | int) else path
+
+
+def _quoted(keys: Iterable[object]) -> str:
+    return ", ".join(repr(key) for key in keys)
+
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the text {value!r}" if value.strip() else "an empty text"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return f"a {type(value).__name__} ({value})"

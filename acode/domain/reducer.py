@@ -1,0 +1,188 @@
+"""The reducer: ``fold(summary, event)`` is the only way session state is derived.
+
+The running session folds each event it appends; a checkpoint stores the result;
+``verify`` folds the whole history again and must arrive at the same place.
+The summary is O(1) in size: it never holds the history, only counters and the
+position of the work. Per-step records are folded separately (``fold_step``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from acode.domain.events import Event, EventType
+from acode.domain.states import SessionState, can_transition
+from acode.errors import CheckpointError, ErrorCode
+
+__all__ = [
+    "SUMMARY_VERSION",
+    "SessionSummary",
+    "StepRecord",
+    "StepStatus",
+    "fold",
+    "fold_all",
+    "fold_step",
+]
+
+SUMMARY_VERSION = 1
+
+
+class StepStatus(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    title: str
+    state: SessionState
+    seq: int = 0
+    resume_state: SessionState | None = None
+    total_steps: int | None = None
+    steps_completed: int = 0
+    steps_failed: int = 0
+    next_position: int = 0
+    current_task: str | None = None
+    current_step: str | None = None
+    pending_approval: str | None = None
+    resumes: int = 0
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        # Built by hand: this runs for every checkpoint, and dataclasses.asdict deep-copies.
+        return {
+            "v": SUMMARY_VERSION,
+            "title": self.title,
+            "state": self.state.value,
+            "seq": self.seq,
+            "resume_state": self.resume_state.value if self.resume_state else None,
+            "total_steps": self.total_steps,
+            "steps_completed": self.steps_completed,
+            "steps_failed": self.steps_failed,
+            "next_position": self.next_position,
+            "current_task": self.current_task,
+            "current_step": self.current_step,
+            "pending_approval": self.pending_approval,
+            "resumes": self.resumes,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionSummary:
+        fields = {k: v for k, v in data.items() if k != "v"}
+        fields["state"] = SessionState(fields["state"])
+        if fields.get("resume_state"):
+            fields["resume_state"] = SessionState(fields["resume_state"])
+        return cls(**fields)
+
+
+def _corrupt(event: Event, problem: str) -> CheckpointError:
+    return CheckpointError(
+        f"session {event.session_id[:8]}: event {event.seq} ({event.type.value}) {problem}",
+        hint="the event log does not replay; run `acode resume --verify` for a full report",
+        code=ErrorCode.CHAIN_BROKEN,
+    )
+
+
+def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
+    """The summary after ``event``. Raises CheckpointError on an impossible history."""
+    p = event.payload
+    if summary is None:
+        if event.type is not EventType.SESSION_CREATED:
+            raise _corrupt(event, "comes before the session was created")
+        return SessionSummary(title=p["title"], state=SessionState.CREATED, seq=event.seq)
+    if event.seq != summary.seq + 1:
+        raise _corrupt(event, f"follows event {summary.seq}: the sequence has a gap")
+    s = summary
+    match event.type:
+        case EventType.STATE_CHANGED:
+            target = SessionState(p["to"])
+            if not can_transition(s.state, target):
+                raise _corrupt(event, f"moves {s.state.value} -> {target.value}, not allowed")
+            paused_from = s.state if target is SessionState.PAUSED else None
+            return replace(
+                s, seq=event.seq, state=target, resume_state=paused_from, reason=p.get("reason")
+            )
+        case EventType.PLAN_RECORDED:
+            return replace(s, seq=event.seq, total_steps=int(p["total_steps"]))
+        case EventType.SESSION_RESUMED:
+            return replace(s, seq=event.seq, resumes=s.resumes + 1)
+        case EventType.STEP_STARTED | EventType.STEP_ROLLED_BACK:
+            return _at_step(s, event.seq, p)
+        case EventType.STEP_COMPLETED:
+            return _at_step(s, event.seq, p, steps_completed=s.steps_completed + 1)
+        case EventType.STEP_FAILED:
+            return _at_step(s, event.seq, p, steps_failed=s.steps_failed + 1)
+        case EventType.APPROVAL_REQUESTED:
+            return _at_step(s, event.seq, p, pending_approval=p["step"])
+        case EventType.APPROVAL_DECIDED:
+            return replace(s, seq=event.seq, pending_approval=None)
+        case EventType.SESSION_CREATED:
+            raise _corrupt(event, "creates a session that already exists")
+
+
+def _at_step(s: SessionSummary, seq: int, p: dict[str, Any], **changes: Any) -> SessionSummary:
+    return replace(
+        s,
+        seq=seq,
+        current_step=p["step"],
+        current_task=p.get("task"),
+        next_position=max(s.next_position, int(p["position"]) + 1),
+        **changes,
+    )
+
+
+def fold_all(events: list[Event]) -> SessionSummary:
+    summary: SessionSummary | None = None
+    for event in events:
+        summary = fold(summary, event)
+    if summary is None:
+        raise CheckpointError("the session has no events", code=ErrorCode.CHAIN_BROKEN)
+    return summary
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """The projection of one step position: what the `steps` table holds."""
+
+    position: int
+    step_id: str
+    kind: str
+    status: StepStatus
+    attempt: int
+    task_id: str | None = None
+    input_hash: str | None = None
+    event_seq: int = 0
+
+
+_STEP_STATUS = {
+    EventType.STEP_STARTED: StepStatus.IN_PROGRESS,
+    EventType.APPROVAL_REQUESTED: StepStatus.IN_PROGRESS,
+    EventType.STEP_COMPLETED: StepStatus.COMPLETED,
+    EventType.STEP_FAILED: StepStatus.FAILED,
+    EventType.STEP_ROLLED_BACK: StepStatus.ROLLED_BACK,
+}
+
+
+def fold_step(record: StepRecord | None, event: Event) -> StepRecord | None:
+    """The record of the step ``event`` is about, after it; None for other events."""
+    status = _STEP_STATUS.get(event.type)
+    if status is None:
+        return record
+    p = event.payload
+    return StepRecord(
+        position=int(p["position"]),
+        step_id=p["step"],
+        kind=p["kind"],
+        status=status,
+        attempt=int(p["attempt"]),
+        task_id=p.get("task"),
+        input_hash=p.get("input_hash"),
+        event_seq=event.seq,
+    )

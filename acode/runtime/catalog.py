@@ -1,0 +1,60 @@
+"""Finding sessions: by id or unique prefix, and the resumable ones."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from acode.domain.config import AcodeConfig, parse_config
+from acode.domain.events import EventType
+from acode.domain.plan import Plan
+from acode.domain.states import SessionState, is_resumable
+from acode.errors import AmbiguousSessionError, SessionNotFoundError, UsageError
+from acode.store.records import SessionRow
+from acode.store.sqlite_store import SqliteStore
+
+__all__ = ["find_session", "recorded_config", "recorded_plan", "resumable_sessions"]
+
+_PREFIX = re.compile(r"[0-9a-f-]{1,36}")
+
+
+def find_session(store: SqliteStore, id_or_prefix: str) -> SessionRow:
+    prefix = id_or_prefix.strip().lower()
+    if not _PREFIX.fullmatch(prefix):
+        raise UsageError(
+            f"{id_or_prefix!r} is not a session id",
+            hint="session ids are hexadecimal; `acode session list` shows them",
+        )
+    matches = store.sessions_with_prefix(prefix)
+    if not matches:
+        raise SessionNotFoundError(
+            f"no session with id {id_or_prefix!r} in {store.path}",
+            hint="`acode session list` shows the sessions of this workspace",
+        )
+    if len(matches) > 1:
+        shown = ", ".join(m.short_id for m in matches[:10])
+        raise AmbiguousSessionError(
+            f"{id_or_prefix!r} matches {len(matches) if len(matches) <= 10 else 'more than 10'} "
+            f"sessions: {shown}",
+            hint="give more characters of the id",
+        )
+    return matches[0]
+
+
+def resumable_sessions(store: SqliteStore) -> list[SessionRow]:
+    """Sessions that `acode resume` may continue, most recently updated first."""
+    return [
+        row
+        for row in store.sessions()
+        if not row.archived and is_resumable(SessionState(row.state))
+    ]
+
+
+def recorded_plan(store: SqliteStore, row: SessionRow) -> Plan | None:
+    events = store.events_of_type(row, EventType.PLAN_RECORDED)
+    return Plan.from_dict(events[-1].payload["plan"]) if events else None
+
+
+def recorded_config(row: SessionRow) -> AcodeConfig:
+    """The configuration the session started with: resume restores it."""
+    return parse_config(json.loads(row.config), f"recorded config of session {row.short_id}")

@@ -1,0 +1,168 @@
+"""Reading ``.agent/config.yml`` from a workspace, with environment overrides.
+
+Environment variables (an empty value counts as unset):
+
+``ACODE_MODEL_BASE_URL``
+    replaces ``model.base_url``, e.g. to point one run at another server.
+``ACODE_MODEL_NAME``
+    replaces ``model.name``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from acode.domain.config import AcodeConfig, parse_config
+from acode.errors import ConfigError
+
+__all__ = ["CONFIG_RELATIVE", "ENV_OVERRIDES", "load_config", "write_default_config"]
+
+CONFIG_RELATIVE = Path(".agent/config.yml")
+
+# environment variable -> (section, key) it replaces
+ENV_OVERRIDES: Mapping[str, tuple[str, str]] = {
+    "ACODE_MODEL_BASE_URL": ("model", "base_url"),
+    "ACODE_MODEL_NAME": ("model", "name"),
+}
+
+# Every key with its default, so that a person sees what can be changed. A test keeps it
+# equal to AcodeConfig().
+_DEFAULT_CONFIG = """\
+# acode settings for this workspace. Every key is optional; deleting one restores its
+# default. Reference: docs/configuration.md
+
+model:
+  # Any OpenAI-compatible server (Ollama, llama.cpp, vLLM, OpenAI, ...).
+  base_url: http://localhost:11434/v1   # env ACODE_MODEL_BASE_URL overrides
+  name: llama3.2                        # env ACODE_MODEL_NAME overrides
+  temperature: 0.0                      # 0..2; 0 keeps runs reproducible
+  max_tokens: 1024
+  api_key_env: null                     # NAME of the variable holding the key, e.g. OPENAI_API_KEY
+  timeout_seconds: 120
+  seed: null                            # a whole number asks the server for repeatable sampling
+
+resume:
+  in_progress_strategy: rollback        # rollback | retry | prompt
+  changed_files_action: prompt          # prompt | continue | abort
+  validate_environment: true
+  validation_timeout_seconds: 10
+
+run:
+  default_timeout_seconds: 600          # for `run` steps without their own timeout
+  max_output_bytes: 65536               # output kept per `run` step
+
+sync:
+  remote: null                          # PostgreSQL URL of the team mirror; null = local only
+
+durability: full                        # full: fsync every commit | normal: faster, may lose
+                                        # the last steps on power loss (never on a crash)
+"""
+
+
+def load_config(workspace: Path, *, environ: Mapping[str, str] | None = None) -> AcodeConfig:
+    """The workspace's settings: the file (defaults when absent), then the environment."""
+    path = workspace / CONFIG_RELATIVE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        cfg = AcodeConfig()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"{path}: cannot read the configuration: {exc}",
+            hint=f"make {path} a readable UTF-8 text file, or delete it to use the defaults",
+        ) from exc
+    else:
+        cfg = parse_config(_load_yaml(text, str(path)), str(path))
+    return _apply_environment(cfg, os.environ if environ is None else environ)
+
+
+def write_default_config(workspace: Path) -> Path:
+    """Write the commented default settings unless a config file already exists."""
+    path = workspace / CONFIG_RELATIVE
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Written aside and linked into place: a crash never leaves a half-written config, and
+    # a file that appeared meanwhile is never overwritten (link refuses an existing target).
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("w", encoding="utf-8") as handle:
+            handle.write(_DEFAULT_CONFIG)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(temporary, path)
+    except FileExistsError:
+        pass
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+def _load_yaml(text: str, source: str) -> object:
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(node, source)
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise ConfigError(
+            f"{source}{where}: invalid YAML: {exc.problem or exc.context}",
+            hint=f"fix the syntax at that line of {source} (indent with spaces, "
+            "quote values containing ': ' or '#'), or delete the file to use the defaults",
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"{source}: invalid YAML: {exc}",
+            hint=f"fix the syntax of {source}, or delete the file to use the defaults",
+        ) from exc
+    finally:
+        loader.dispose()
+
+
+def _refuse_duplicate_keys(node: Any, source: str) -> None:
+    # YAML loaders silently keep the last of two equal keys; a person who wrote both meant one.
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[object, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            line = key_node.start_mark.line + 1
+            if key is not None and key in seen:
+                raise ConfigError(
+                    f"{source}:{line}: duplicate key {key!r} (first set on line {seen[key]})",
+                    hint=f"keep one of the two {key!r} entries in {source}",
+                )
+            if key is not None:
+                seen[key] = line
+            _refuse_duplicate_keys(value_node, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, source)
+
+
+def _apply_environment(cfg: AcodeConfig, environ: Mapping[str, str]) -> AcodeConfig:
+    for variable, (section, key) in ENV_OVERRIDES.items():
+        value = environ.get(variable, "")
+        if not value:
+            continue
+        try:  # the same rules as the file, with an error that names the variable
+            checked = parse_config({section: {key: value}}, f"${variable}")
+        except ConfigError as exc:
+            raise ConfigError(
+                exc.message, hint=f"correct or unset the environment variable {variable}"
+            ) from exc
+        replacement = getattr(getattr(checked, section), key)
+        updated = dataclasses.replace(getattr(cfg, section), **{key: replacement})
+        cfg = dataclasses.replace(cfg, **{section: updated})
+    return cfg

@@ -1,0 +1,107 @@
+"""Read-only views of a workspace's sessions, and lock maintenance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from acode.domain.events import Event, replay_order
+from acode.domain.reducer import SessionSummary, StepRecord
+from acode.errors import CheckpointError, ErrorCode, NothingToResumeError, SessionLockedError
+from acode.runtime.catalog import find_session
+from acode.runtime.clock import SystemClock
+from acode.runtime.journal import Journal
+from acode.runtime.locks import LockOwner, force_unlock, is_locked, read_owner
+from acode.runtime.workspace import StatePaths
+from acode.security.signing import load_signer
+from acode.store.records import SessionRow
+from acode.store.sqlite_store import SqliteStore, open_store
+
+__all__ = [
+    "SessionDetail",
+    "lock_holder",
+    "read_store",
+    "session_detail",
+    "session_events",
+    "unlock_session",
+]
+
+
+@contextmanager
+def read_store(workspace: Path) -> Iterator[SqliteStore | None]:
+    """The workspace's store, or None when no session was ever recorded there
+    (reading must not create acode's state in a directory)."""
+    paths = StatePaths(workspace)
+    if not paths.db.exists():
+        yield None
+        return
+    store = open_store(paths.db)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@dataclass(frozen=True)
+class SessionDetail:
+    row: SessionRow
+    summary: SessionSummary
+    steps: list[StepRecord]
+    lock_holder: str | None
+
+
+def lock_holder(workspace: Path, session_id: str) -> str | None:
+    paths = StatePaths(workspace)
+    if not is_locked(paths.locks, session_id):
+        return None
+    owner = read_owner(paths.locks, session_id)
+    return owner.describe() if owner else "a process that has not recorded itself yet"
+
+
+def session_detail(store: SqliteStore, workspace: Path, id_or_prefix: str | None) -> SessionDetail:
+    if id_or_prefix is None:
+        rows = [r for r in store.sessions() if not r.archived]
+        if not rows:
+            raise NothingToResumeError(
+                "no sessions in this workspace", hint="start one with `acode run PLAN.yaml`"
+            )
+        row = rows[0]
+    else:
+        row = find_session(store, id_or_prefix)
+    journal = Journal.load(store, row, SystemClock(), load_signer())
+    assert journal.summary is not None
+    return SessionDetail(row, journal.summary, store.steps(row.sid), lock_holder(workspace, row.id))
+
+
+def session_events(store: SqliteStore, id_or_prefix: str) -> list[Event]:
+    """The session's events in replay order; a disagreement with their sequence
+    numbers is corruption and is reported, never hidden."""
+    row = find_session(store, id_or_prefix)
+    ordered, first_bad = replay_order(store.events(row))
+    if first_bad is not None:
+        raise CheckpointError(
+            f"session {row.short_id}: event {first_bad.seq} is out of order by "
+            "(timestamp, event_id); the log was edited or damaged",
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+    return ordered
+
+
+def unlock_session(workspace: Path, id_or_prefix: str, *, force: bool) -> LockOwner | None:
+    """Remove the lock file; refuses while its holder runs unless ``force``."""
+    paths = StatePaths(workspace)
+    with read_store(workspace) as store:
+        if store is None:
+            raise NothingToResumeError("no sessions in this workspace")
+        row = find_session(store, id_or_prefix)
+    if is_locked(paths.locks, row.id) and not force:
+        owner = read_owner(paths.locks, row.id)
+        raise SessionLockedError(
+            f"session {row.short_id} is locked by "
+            f"{owner.describe() if owner else 'a running process'}, which is still running",
+            hint="stop that process (Ctrl+C pauses it cleanly); use --force only if you are "
+            "sure it no longer works on this session",
+        )
+    return force_unlock(paths.locks, row.id)

@@ -1,0 +1,61 @@
+"""Ctrl+C and SIGTERM: the first asks the run to pause, the second exits at once.
+
+A pause is delivered as ``PauseRequested`` immediately while a step's side effect
+runs (the step then stays unfinished, exactly as after a crash, and resume handles
+it by kind), and otherwise at the next step boundary, so acode's own bookkeeping is
+never cut in half.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from acode.errors import EXIT_INTERRUPTED, PauseRequested
+
+__all__ = ["Interrupts"]
+
+
+class Interrupts:
+    def __init__(self) -> None:
+        self.requested = False
+        self._interruptible = 0
+
+    @contextmanager
+    def installed(self) -> Iterator[Interrupts]:
+        """Handle SIGINT and SIGTERM while the block runs (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {
+            sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            os._exit(EXIT_INTERRUPTED)
+        self.requested = True
+        if self._interruptible:
+            raise PauseRequested
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        self.check()
+        self._interruptible += 1
+        try:
+            yield
+        finally:
+            self._interruptible -= 1
+
+    def check(self) -> None:
+        if self.requested:
+            raise PauseRequested

@@ -1,0 +1,295 @@
+"""The journal of one session: builds chained events, folds them, writes commits.
+
+It is the only writer of a session's events. It keeps the chain head, the last
+stamp and the folded summary in memory, so appending an event costs no read.
+Loading a journal verifies the newest valid signed checkpoint and the chain of
+the events after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from acode.domain.chain import event_hash, genesis_hash
+from acode.domain.events import Event, EventType, canonical_json
+from acode.domain.ids import EventStamp, next_event_stamp
+from acode.domain.reducer import SessionSummary, StepRecord, fold, fold_all
+from acode.domain.states import SessionState
+from acode.errors import CheckpointError, ErrorCode
+from acode.runtime.clock import Clock
+from acode.security.signing import Signer
+from acode.store.records import CheckpointRow, Commit, MessageRow, SessionRow
+from acode.store.sqlite_store import SqliteStore
+
+__all__ = ["Journal", "checkpoint_message", "new_session_journal", "verify_history"]
+
+
+def checkpoint_message(session_id: str, cp: CheckpointRow) -> bytes:
+    """The bytes a checkpoint's signature covers: everything in it but the signature."""
+    return canonical_json(
+        {
+            "session": session_id,
+            "id": cp.id,
+            "seq": cp.seq,
+            "summary": cp.summary,
+            "head": cp.head.hex(),
+            "created_at": cp.created_at,
+        }
+    ).encode()
+
+
+@dataclass
+class _Tail:
+    """What the next event chains onto."""
+
+    stamp: EventStamp | None
+    hash: bytes
+    seq: int
+
+
+class Journal:
+    def __init__(
+        self,
+        store: SqliteStore,
+        row: SessionRow,
+        summary: SessionSummary | None,
+        tail: _Tail,
+        checkpoint_id: int,
+        clock: Clock,
+        signer: Signer,
+    ) -> None:
+        self.store = store
+        self.row = row
+        self.summary = summary
+        self._tail = tail
+        self.checkpoint_id = checkpoint_id
+        self._clock = clock
+        self._signer = signer
+        self._message_count: int | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.row.id
+
+    @property
+    def state(self) -> SessionState:
+        assert self.summary is not None
+        return self.summary.state
+
+    def build(self, entries: Sequence[tuple[EventType, dict[str, Any]]]) -> list[Event]:
+        """Chained events for ``entries``; nothing changes until ``write`` commits them."""
+        events: list[Event] = []
+        tail = replace(self._tail)
+        for type_, payload in entries:
+            stamp = next_event_stamp(tail.stamp, self._clock.now_us(), self._clock.random_bytes(10))
+            payload_json = canonical_json(payload)
+            seq = tail.seq + 1
+            h = event_hash(tail.hash, seq, stamp.event_id, stamp.ts_us, type_.value, payload_json)
+            events.append(
+                Event(self.row.id, seq, stamp.event_id, stamp.ts_us, type_, payload_json, h)
+            )
+            tail = _Tail(stamp, h, seq)
+        return events
+
+    def write(
+        self,
+        entries: Sequence[tuple[EventType, dict[str, Any]]],
+        *,
+        steps: Sequence[StepRecord] = (),
+        messages: Sequence[tuple[str, dict[str, Any]]] = (),
+        blobs: Sequence[tuple[str, bytes]] = (),
+        checkpoint: bool = True,
+    ) -> list[Event]:
+        """Append events (and what they project to) in one transaction. Each step row
+        is pointed at the newest event of the write about its step, whose sequence
+        number is only known here."""
+        events = self.build(entries)
+        summary = self.summary
+        for event in events:
+            summary = fold(summary, event)
+        assert summary is not None
+        last = events[-1]
+        now = last.ts_us
+        cp = self._checkpoint(summary, last, now) if checkpoint else None
+        rows = [_resolve(s, events) for s in steps]
+        assert self.summary is not None
+        changed = summary.state is not self.summary.state
+        self.store.commit(
+            self.row.sid,
+            Commit(
+                events=events,
+                updated_at=now,
+                state=summary.state.value if changed else None,
+                steps=rows,
+                checkpoint=cp,
+                messages=self._message_rows(messages, last.seq),
+                blobs=blobs,
+            ),
+        )
+        self.summary = summary
+        self._tail = _Tail(EventStamp(last.ts_us, last.event_id), last.hash, last.seq)
+        if cp is not None:
+            self.checkpoint_id = cp.id
+        if messages:
+            self._message_count = (self._message_count or 0) + len(messages)
+        return events
+
+    def _message_rows(
+        self, messages: Sequence[tuple[str, dict[str, Any]]], seq: int
+    ) -> list[MessageRow]:
+        if not messages:
+            return []
+        if self._message_count is None:
+            self._message_count = len(self.store.messages(self.row.sid))
+        start = self._message_count
+        return [
+            MessageRow(start + i, role, canonical_json(content), seq)
+            for i, (role, content) in enumerate(messages)
+        ]
+
+    def _checkpoint(self, summary: SessionSummary, last: Event, now: int) -> CheckpointRow:
+        unsigned = CheckpointRow(
+            id=self.checkpoint_id + 1,
+            seq=last.seq,
+            summary=canonical_json(summary.to_dict()),
+            head=last.hash,
+            signature="",
+            created_at=now,
+        )
+        signature = self._signer.sign(checkpoint_message(self.row.id, unsigned))
+        return replace(unsigned, signature=signature)
+
+    # -- loading -------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, store: SqliteStore, row: SessionRow, clock: Clock, signer: Signer) -> Journal:
+        """The journal as of the newest checkpoint whose signature verifies, plus the
+        events after it, each checked against the hash chain."""
+        problems: list[str] = []
+        for cp in store.checkpoints(row.sid):
+            if not signer.verify(checkpoint_message(row.id, cp), cp.signature):
+                problems.append(f"checkpoint {cp.id} (event {cp.seq}): signature does not match")
+                continue
+            anchor = store.event(row, cp.seq)
+            if anchor.hash != cp.head:
+                problems.append(
+                    f"checkpoint {cp.id}: event {cp.seq} is not the event it was signed over"
+                )
+                continue
+            summary = SessionSummary.from_dict(_json_object(cp.summary))
+            tail = _Tail(EventStamp(anchor.ts_us, anchor.event_id), anchor.hash, anchor.seq)
+            for event in store.events(row, after_seq=cp.seq):
+                _check_link(tail, event)
+                summary = fold(summary, event)
+                tail = _Tail(EventStamp(event.ts_us, event.event_id), event.hash, event.seq)
+            return cls(store, row, summary, tail, cp.id, clock, signer)
+        detail = "; ".join(problems) if problems else "the session has no checkpoint"
+        raise CheckpointError(
+            f"session {row.id[:8]} cannot be trusted: {detail}",
+            hint="the database was edited or damaged; its history is kept unchanged for "
+            "inspection (`acode session history`), start a new session to continue",
+            code=ErrorCode.CHECKPOINT_INVALID if problems else ErrorCode.CHECKPOINT_NOT_FOUND,
+        )
+
+
+def verify_history(store: SqliteStore, row: SessionRow) -> SessionSummary:
+    """Fold the whole history from the first event, checking every link of the chain."""
+    events = store.events(row)
+    tail = _Tail(None, genesis_hash(row.id), 0)
+    for event in events:
+        _check_link(tail, event)
+        tail = _Tail(EventStamp(event.ts_us, event.event_id), event.hash, event.seq)
+    return fold_all(events)
+
+
+def _check_link(tail: _Tail, event: Event) -> None:
+    expected = event_hash(
+        tail.hash, event.seq, event.event_id, event.ts_us, event.type.value, event.payload_json
+    )
+    if event.seq != tail.seq + 1 or expected != event.hash:
+        raise CheckpointError(
+            f"session {event.session_id[:8]}: event {event.seq} ({event.type.value}) does not "
+            "match the hash chain: it was edited, inserted or removed",
+            hint="the history is kept unchanged for inspection (`acode session history`); "
+            "start a new session to continue",
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+    if tail.stamp is not None and (event.ts_us, event.event_id) <= (
+        tail.stamp.ts_us,
+        tail.stamp.event_id,
+    ):
+        raise CheckpointError(
+            f"session {event.session_id[:8]}: event {event.seq} is ordered before event "
+            f"{tail.seq} by (timestamp, event_id); the replay order is not deterministic",
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    import json
+
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise CheckpointError("a checkpoint summary is not a JSON object")
+    return value
+
+
+def _resolve(step: StepRecord, events: list[Event]) -> StepRecord:
+    """Point a step row at the newest event of this write about that step."""
+    for event in reversed(events):
+        p = event.payload
+        if p.get("step") == step.step_id and p.get("position") == step.position:
+            return replace(step, event_seq=event.seq)
+    raise AssertionError(f"no event of this write is about step {step.step_id!r}")
+
+
+def new_session_journal(
+    store: SqliteStore,
+    *,
+    session_id: str,
+    title: str,
+    workspace: str,
+    kind: str,
+    config_json: str,
+    config_hash: str,
+    parent_id: str | None,
+    entries: Sequence[tuple[EventType, dict[str, Any]]],
+    clock: Clock,
+    signer: Signer,
+) -> Journal:
+    """Create a session row with its first events and first checkpoint, atomically."""
+    placeholder = SessionRow(
+        0, session_id, title, "", workspace, parent_id, kind, config_json, config_hash,
+        0, 0, None, None, False,
+    )  # fmt: skip
+    journal = Journal(
+        store, placeholder, None, _Tail(None, genesis_hash(session_id), 0), 0, clock, signer
+    )
+    events = journal.build(entries)
+    summary = fold_all(events)
+    last = events[-1]
+    cp = journal._checkpoint(summary, last, last.ts_us)
+    row = store.create_session(
+        session_id=session_id,
+        title=title,
+        workspace=workspace,
+        kind=kind,
+        config_json=config_json,
+        config_hash=config_hash,
+        parent_id=parent_id,
+        created_at=events[0].ts_us,
+        first=Commit(
+            events=events, state=summary.state.value, updated_at=last.ts_us, checkpoint=cp
+        ),
+    )
+    return Journal(
+        store,
+        row,
+        summary,
+        _Tail(EventStamp(last.ts_us, last.event_id), last.hash, last.seq),
+        cp.id,
+        clock,
+        signer,
+    )

@@ -1,0 +1,136 @@
+"""Opening sessions: the workspace's state directory, the store, the lock, the journal."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from acode.domain.config import AcodeConfig, config_hash, config_to_dict
+from acode.domain.events import EventType, canonical_json
+from acode.domain.ids import uuid7
+from acode.domain.plan import Plan
+from acode.domain.states import SessionState
+from acode.runtime.clock import Clock, SystemClock
+from acode.runtime.config import load_config
+from acode.runtime.git import ensure_state_ignored
+from acode.runtime.interrupts import Interrupts
+from acode.runtime.journal import new_session_journal
+from acode.runtime.locks import SessionLock, acquire
+from acode.runtime.observer import Approver, Observer
+from acode.runtime.session import Session
+from acode.runtime.workspace import StatePaths
+from acode.security.signing import load_signer
+from acode.store.sqlite_store import open_store
+
+__all__ = ["Workspace", "now_iso", "open_session", "open_workspace", "take_lock"]
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    paths: StatePaths
+    config: AcodeConfig
+
+
+def open_workspace(workspace: Path | str = ".", config: AcodeConfig | None = None) -> Workspace:
+    """The workspace at ``workspace`` with its state directory ready and config loaded."""
+    root = Path(workspace).resolve()
+    paths = StatePaths(root)
+    cfg = config if config is not None else load_config(root)
+    paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ensure_state_ignored(paths.state_dir)
+    return Workspace(root, paths, cfg)
+
+
+def now_iso(clock: Clock) -> str:
+    return datetime.fromtimestamp(clock.now_us() / 1e6, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def take_lock(ws: Workspace, session_id: str, clock: Clock) -> SessionLock:
+    return acquire(
+        ws.paths.locks, session_id, command=" ".join(sys.argv) or "python", now_iso=now_iso(clock)
+    )
+
+
+def open_session(
+    title: str,
+    workspace: Path | str = ".",
+    config: AcodeConfig | None = None,
+    *,
+    plan: Plan | None = None,
+    parent_id: str | None = None,
+    observer: Observer | None = None,
+    approver: Approver | None = None,
+    interrupts: Interrupts | None = None,
+    clock: Clock | None = None,
+) -> Session:
+    """Start a new session in ``workspace`` and hold its lock until it is closed."""
+    clock = clock or SystemClock()
+    ws = open_workspace(workspace, config)
+    signer = load_signer()
+    session_id = uuid7(clock.now_us() // 1000, clock.random_bytes(10))
+    store = open_store(ws.paths.db, ws.config.durability)
+    try:
+        lock = take_lock(ws, session_id, clock)
+    except BaseException:
+        store.close()
+        raise
+    try:
+        journal = new_session_journal(
+            store,
+            session_id=session_id,
+            title=title,
+            workspace=str(ws.root),
+            kind="plan" if plan is not None else "library",
+            config_json=canonical_json(config_to_dict(ws.config)),
+            config_hash=config_hash(ws.config),
+            parent_id=parent_id,
+            entries=_first_events(title, ws, plan, parent_id),
+            clock=clock,
+            signer=signer,
+        )
+    except BaseException:
+        lock.release()
+        store.close()
+        raise
+    return Session(
+        journal=journal,
+        workspace=ws.root,
+        config=ws.config,
+        lock=lock,
+        signer=signer,
+        observer=observer,
+        approver=approver,
+        interrupts=interrupts,
+    )
+
+
+def _first_events(
+    title: str, ws: Workspace, plan: Plan | None, parent_id: str | None
+) -> list[tuple[EventType, dict[str, object]]]:
+    created: dict[str, object] = {
+        "title": title,
+        "workspace": str(ws.root),
+        "config_hash": config_hash(ws.config),
+        "v": 1,
+    }
+    if parent_id:
+        created["parent_id"] = parent_id
+    entries: list[tuple[EventType, dict[str, object]]] = [(EventType.SESSION_CREATED, created)]
+    if plan is not None:
+        entries.append(
+            (EventType.PLAN_RECORDED, {"plan": plan.to_dict(), "total_steps": len(plan.steps())})
+        )
+    entries.append(
+        (
+            EventType.STATE_CHANGED,
+            {
+                "from": SessionState.CREATED.value,
+                "to": SessionState.EXECUTING.value,
+                "reason": "started",
+            },
+        )
+    )
+    return entries

@@ -1,0 +1,247 @@
+"""A client of OpenAI-compatible chat servers (Ollama, llama.cpp, vLLM, OpenAI, ...).
+
+Built on the standard library, imported inside the functions, so that importing this
+module costs nothing for commands that never talk to a model. It never retries: a
+request that may have reached the server is not sent again behind the caller's back
+(the caller records each response and resends only what was never answered).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from acode.domain.config import ModelSettings
+from acode.errors import ModelError
+
+__all__ = [
+    "ChatResponse",
+    "build_chat_payload",
+    "chat",
+    "list_models",
+    "request_hash",
+]
+
+_BODY_EXCERPT = 300
+_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+_UNREACHABLE_HINT = (
+    "is it running? For Ollama: `ollama serve`; check model.base_url in .agent/config.yml"
+)
+
+
+@dataclass(frozen=True)
+class ChatResponse:
+    content: str
+    tool_calls: tuple[dict[str, Any], ...]
+    finish_reason: str | None
+    usage: dict[str, int]
+    model: str
+    raw: dict[str, Any]
+
+
+def build_chat_payload(
+    settings: ModelSettings,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    tool_choice: object | None = None,
+) -> dict[str, Any]:
+    """The exact JSON body ``chat`` sends."""
+    payload: dict[str, Any] = {
+        "model": settings.name,
+        "messages": [dict(message) for message in messages],
+        "temperature": settings.temperature,
+        "max_tokens": settings.max_tokens,
+        "stream": False,
+    }
+    if settings.seed is not None:
+        payload["seed"] = settings.seed
+    if tools is not None:
+        payload["tools"] = [dict(tool) for tool in tools]
+    if tool_choice is not None:
+        payload["tool_choice"] = tool_choice
+    return payload
+
+
+def request_hash(payload: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a request body: equal requests hash equal."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def chat(
+    settings: ModelSettings,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    tool_choice: object | None = None,
+    api_key: str | None = None,
+) -> ChatResponse:
+    """Send one chat completion request; ``api_key`` overrides ``settings.api_key_env``."""
+    url = _endpoint(settings, "chat/completions")
+    body = json.dumps(build_chat_payload(settings, messages, tools, tool_choice)).encode("utf-8")
+    data = _request_json(url, settings, api_key, body, settings.timeout_seconds)
+    return _parse_chat(url, data, settings.name)
+
+
+def list_models(settings: ModelSettings, *, timeout: float = 3.0) -> list[str]:
+    """The ids of the models the server offers (a quick reachability check too)."""
+    url = _endpoint(settings, "models")
+    data = _request_json(url, settings, None, None, timeout)
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise _malformed(url, "no 'data' list of models", data)
+    return [entry["id"] for entry in entries if isinstance(entry, dict) and "id" in entry]
+
+
+def _endpoint(settings: ModelSettings, path: str) -> str:
+    return f"{settings.base_url.rstrip('/')}/{path}"
+
+
+def _headers(settings: ModelSettings, api_key: str | None) -> dict[str, str]:
+    headers = {"Accept": "application/json", "User-Agent": "acode"}
+    if api_key is None and settings.api_key_env:
+        api_key = os.environ.get(settings.api_key_env) or None
+        if api_key is None:
+            # Sending without the key would only earn a 401 that hides the real cause.
+            raise ModelError(
+                f"the environment variable {settings.api_key_env} (named by "
+                "model.api_key_env) is not set",
+                hint=f"export {settings.api_key_env}=<your key>, or remove model.api_key_env "
+                "from .agent/config.yml for a server that needs no key",
+            )
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def _opener(hostname: str) -> Any:
+    import urllib.request
+
+    # A corporate http_proxy must not capture a model server on this machine.
+    if hostname in _LOOPBACK_HOSTS:
+        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    return urllib.request.build_opener()
+
+
+def _request_json(
+    url: str,
+    settings: ModelSettings,
+    api_key: str | None,
+    body: bytes | None,
+    timeout: float,
+) -> Any:
+    import http.client
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ModelError(
+            f"invalid model server URL {url!r}: expected http:// or https:// and a host",
+            hint="set model.base_url in .agent/config.yml to a URL such as "
+            "http://localhost:11434/v1",
+        )
+    headers = _headers(settings, api_key)
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=body, headers=headers)
+    try:
+        with _opener(parts.hostname).open(request, timeout=timeout) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        raise _http_error(url, exc.code, _read_error_body(exc), settings) from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise ModelError(
+            f"cannot reach the model server at {url}: {_describe(exc, timeout)}",
+            hint=_UNREACHABLE_HINT,
+        ) from exc
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise _malformed(url, "the body is not JSON", raw.decode("utf-8", "replace")) from exc
+
+
+def _read_error_body(exc: Any) -> str:
+    try:
+        return bytes(exc.read()).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _describe(exc: BaseException, timeout: float) -> str:
+    import socket
+    import urllib.error
+
+    reason: BaseException | str = exc
+    if isinstance(exc, urllib.error.URLError):
+        reason = exc.reason
+    if isinstance(reason, TimeoutError | socket.timeout):
+        return f"no answer within {timeout:g} s (model.timeout_seconds)"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, socket.gaierror):
+        return f"unknown host ({reason})"
+    return str(reason) or type(reason).__name__
+
+
+def _http_error(url: str, status: int, body: str, settings: ModelSettings) -> ModelError:
+    if status in (401, 403):
+        hint = (
+            "the server refused the credentials: set model.api_key_env in .agent/config.yml "
+            "to the name of the variable holding a valid key"
+        )
+    elif status == 404:
+        hint = (
+            f"check model.name ({settings.name!r}) and model.base_url (it usually ends in /v1); "
+            f"for Ollama: `ollama pull {settings.name}`"
+        )
+    elif status >= 500:
+        hint = "the model server failed; look at its log, then run the command again"
+    else:
+        hint = "check the model settings in .agent/config.yml"
+    return ModelError(
+        f"the model server at {url} answered HTTP {status}: {body[:_BODY_EXCERPT]}", hint=hint
+    )
+
+
+def _malformed(url: str, what: str, body: object) -> ModelError:
+    text = body if isinstance(body, str) else json.dumps(body)
+    return ModelError(
+        f"malformed response from the model server at {url}: {what}: {text[:_BODY_EXCERPT]}",
+        hint="check that model.base_url points at an OpenAI-compatible API (usually ending in /v1)",
+    )
+
+
+def _parse_chat(url: str, data: Any, requested_model: str) -> ChatResponse:
+    if not isinstance(data, dict):
+        raise _malformed(url, "expected a JSON object", data)
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        error = data.get("error")
+        what = f"error {json.dumps(error)}" if error is not None else "no choices"
+        raise _malformed(url, what, data)
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise _malformed(url, "the first choice has no message", data)
+    content = message.get("content")
+    tool_calls = message.get("tool_calls") or []
+    finish_reason = choices[0].get("finish_reason")
+    usage = data.get("usage")
+    model = data.get("model")
+    return ChatResponse(
+        content=content if isinstance(content, str) else "",
+        tool_calls=tuple(call for call in tool_calls if isinstance(call, dict)),
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+        usage={
+            key: value
+            for key, value in (usage.items() if isinstance(usage, dict) else [])
+            if isinstance(value, int) and not isinstance(value, bool)
+        },
+        model=model if isinstance(model, str) else requested_model,
+        raw=data,
+    )

@@ -1,0 +1,316 @@
+"""Running shell commands for ``run`` steps, with bounded output and no stray processes.
+
+A command runs in a session of its own, so acode can signal every process it started
+(grandchildren included) as one process group: on a time-out, on an interrupt, and when
+the command returns leaving background jobs behind. A step that is over has no processes
+left that could still change the workspace behind the log's back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TypeVar
+
+from acode.errors import StepFailedError, StorageError
+
+__all__ = [
+    "TIMEOUT_EXIT_CODE",
+    "CommandResult",
+    "run_command",
+    "terminate_group",
+]
+
+TIMEOUT_EXIT_CODE = 124  # what coreutils' timeout(1) returns: familiar to shell users
+_GRACE_SECONDS = 2.0
+_DRAIN_SECONDS = 2.0
+_KILL_SETTLE_SECONDS = 1.0
+_POLL_SECONDS = 0.01
+_READ_SIZE = 64 * 1024
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_ms: int
+    timed_out: bool
+    truncated: bool
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "exit_code": self.exit_code,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "duration_ms": self.duration_ms,
+            "timed_out": self.timed_out,
+            "truncated": self.truncated,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> CommandResult:
+        return cls(
+            exit_code=_field(data, "exit_code", int),
+            stdout=_field(data, "stdout", str),
+            stderr=_field(data, "stderr", str),
+            duration_ms=_field(data, "duration_ms", int),
+            timed_out=_field(data, "timed_out", bool),
+            truncated=_field(data, "truncated", bool),
+        )
+
+
+def _field(data: Mapping[str, object], key: str, kind: type[_T]) -> _T:
+    value = data.get(key)
+    # bool is an int subclass: a recorded True must not pass for an exit code.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise StorageError(
+            f"recorded command result has no valid {key!r} (expected {kind.__name__}, "
+            f"got {value!r})",
+            hint="the step record is damaged; run `acode doctor` or re-run the step",
+        )
+    return value
+
+
+class _TailReader:
+    """Drains one pipe on a thread, keeping only the last ``limit`` bytes."""
+
+    def __init__(self, stream: IO[bytes], limit: int) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._buffer = bytearray()
+        self.truncated = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with self._stream:
+            while chunk := os.read(self._stream.fileno(), _READ_SIZE):
+                self._buffer += chunk
+                excess = len(self._buffer) - self._limit
+                if excess > 0:
+                    del self._buffer[:excess]
+                    self.truncated = True
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def text(self) -> str:
+        data = bytes(self._buffer)
+        if self.truncated:
+            # The cut may split a UTF-8 sequence: drop its orphaned continuation bytes.
+            data = data[_orphan_prefix_length(data) :]
+        return data.decode("utf-8", errors="replace")
+
+
+def _orphan_prefix_length(data: bytes) -> int:
+    count = 0
+    while count < min(3, len(data)) and data[count] & 0xC0 == 0x80:
+        count += 1
+    return count
+
+
+def run_command(
+    command: str,
+    *,
+    cwd: Path,
+    timeout: float | None,
+    max_output: int = 64 * 1024,
+    env: Mapping[str, str] | None = None,
+) -> CommandResult:
+    """Run ``command`` with ``/bin/sh -c`` in ``cwd`` and wait for it.
+
+    Each of stdout and stderr keeps its last ``max_output`` bytes (``truncated`` says some
+    were dropped). On a time-out the process group is terminated and the exit code is 124.
+    A death by signal N is reported as 128+N, as shells do. Processes the command leaves
+    running in its group are terminated once it returns. Any BaseException while waiting
+    (KeyboardInterrupt, PauseRequested) terminates the group and is re-raised.
+    """
+    started = time.monotonic()
+    proc = _spawn(command, cwd, env)
+    try:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        out = _TailReader(proc.stdout, max_output)
+        err = _TailReader(proc.stderr, max_output)
+        timed_out = _wait(proc, timeout)
+    except BaseException:
+        import sys
+        import traceback
+
+        print("RUN-INTERRUPT", proc.pid, file=sys.stderr)
+        traceback.print_exc()
+        terminate_group(proc, _GRACE_SECONDS)
+        print("RUN-INTERRUPT done", proc.returncode, file=sys.stderr)
+        raise
+    if not timed_out:
+        # Background jobs still in the group would hold our pipes open and go on changing
+        # the workspace after the step was recorded as done.
+        _terminate_leftovers(proc)
+    out.join(_DRAIN_SECONDS)
+    err.join(_DRAIN_SECONDS)
+    return CommandResult(
+        exit_code=TIMEOUT_EXIT_CODE if timed_out else _exit_code(proc),
+        stdout=out.text(),
+        stderr=err.text(),
+        duration_ms=int((time.monotonic() - started) * 1000),
+        timed_out=timed_out,
+        truncated=out.truncated or err.truncated,
+    )
+
+
+def _spawn(command: str, cwd: Path, env: Mapping[str, str] | None) -> subprocess.Popen[bytes]:
+    """Start the command from a helper thread.
+
+    Python runs signal handlers only in the main thread: a Ctrl+C arriving while Popen is
+    between its fork and its return would otherwise leave a child no one knows to kill.
+    """
+    outcome: list[subprocess.Popen[bytes] | Exception] = []
+    done = threading.Event()
+    spawner = threading.Thread(
+        target=_spawn_into, args=(outcome, done, command, cwd, env), name="acode-spawn"
+    )
+    spawner.start()
+    # An Event, not Thread.join: an interrupted join can mark a running thread as finished
+    # (CPython 3.11), and the second wait below would then not wait.
+    try:
+        done.wait()
+    except BaseException:
+        done.wait()  # milliseconds: then the child it made can be terminated
+        import sys
+
+        print("SPAWN-INTERRUPT", outcome, file=sys.stderr)
+        if isinstance(outcome[0], subprocess.Popen):
+            terminate_group(outcome[0], _GRACE_SECONDS)
+        raise
+    result = outcome[0]
+    if isinstance(result, OSError | ValueError):
+        raise StepFailedError(
+            f"cannot start command {command!r} in {cwd}: {result}",
+            hint="check that the workspace directory exists and /bin/sh is available",
+        ) from result
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def _spawn_into(
+    outcome: list[subprocess.Popen[bytes] | Exception],
+    done: threading.Event,
+    command: str,
+    cwd: Path,
+    env: Mapping[str, str] | None,
+) -> None:
+    try:
+        outcome.append(
+            subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        )
+    except Exception as exc:  # handed to the caller's thread, which raises it
+        outcome.append(exc)
+    finally:
+        done.set()
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
+    """Wait for the command; True when it timed out (its group is then terminated)."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        terminate_group(proc, _GRACE_SECONDS)
+        return True
+    return False
+
+
+def _terminate_leftovers(proc: subprocess.Popen[bytes]) -> None:
+    if _group_alive(proc.pid):
+        terminate_group(proc, _GRACE_SECONDS)
+
+
+def _exit_code(proc: subprocess.Popen[bytes]) -> int:
+    code = proc.returncode
+    return 128 - code if code < 0 else code
+
+
+def terminate_group(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM the process group led by ``proc``, wait up to ``grace`` seconds for all of
+    it to exit, then SIGKILL whatever is left and reap ``proc``.
+
+    ``proc`` must have been started with ``start_new_session=True``: its pid is the group id.
+    """
+    group = proc.pid
+    gone = False
+    try:
+        _signal_group(group, signal.SIGTERM)
+        gone = _wait_group_gone(proc, grace)
+    finally:
+        # In a finally: a second Ctrl+C during the grace period must still kill the group.
+        if not gone:
+            _signal_group(group, signal.SIGKILL)
+            # SIGKILL is delivered asynchronously: wait (briefly) until it has taken effect.
+            _wait_group_gone(proc, _KILL_SETTLE_SECONDS)
+        proc.wait()
+
+
+def _wait_group_gone(proc: subprocess.Popen[bytes], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        proc.poll()  # reap the leader, or it stays in the group as a zombie
+        if not _group_alive(proc.pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_SECONDS)
+
+
+def _signal_group(group: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signum)
+
+
+def _group_alive(group: int) -> bool:
+    """True while a process of the group is running (zombies do not count)."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # a member changed its uid: it exists, though we may not signal it
+    return _live_member_in_proc(group)
+
+
+def _live_member_in_proc(group: int) -> bool:
+    # killpg(0) also succeeds for zombies, and orphans stay zombies for good where PID 1
+    # does not reap (many containers): ask /proc whether a member still runs.
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True  # no /proc: trust killpg
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited while we looked
+        # fields after the command name: state, ppid, pgrp, ...
+        if int(fields[2]) == group and fields[0] != b"Z":
+            return True
+    return False

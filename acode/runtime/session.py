@@ -1,0 +1,588 @@
+"""A running session: executes steps once, records them, and replays them on resume.
+
+``Session.step`` and the kind helpers (``read``, ``write``, ...) take a position in
+the session's sequence of calls. On a resumed session, a call at a position that
+was completed returns the recorded result without running; a call whose id, kind
+or input differs from the record at that position raises NonDeterminismError; a
+call found started but unfinished is handled by its kind (see ``steps/``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from acode.domain.config import AcodeConfig
+from acode.domain.events import EventType, canonical_json
+from acode.domain.idempotency import STEP_ID_PATTERN, generate
+from acode.domain.plan import StepKind
+from acode.domain.reducer import StepRecord, StepStatus
+from acode.domain.states import SessionState, can_transition, is_terminal
+from acode.errors import (
+    ApprovalPending,
+    NonDeterminismError,
+    PauseRequested,
+    StepFailedError,
+    UsageError,
+)
+from acode.runtime.approvals import decision_payload, decision_valid, subject_hash
+from acode.runtime.interrupts import Interrupts
+from acode.runtime.journal import Journal
+from acode.runtime.locks import SessionLock
+from acode.runtime.observer import (
+    ApprovalRequest,
+    Approver,
+    NullObserver,
+    Observer,
+    StepNotice,
+    StepPhase,
+)
+from acode.runtime.process import CommandResult
+from acode.runtime.steps.base import (
+    InProgressStrategy,
+    Outcome,
+    Prepared,
+    RecoveryAction,
+    StepAction,
+    StepContext,
+    StepEnv,
+)
+from acode.runtime.steps.commit_step import CommitStep
+from acode.runtime.steps.file_steps import EditStep, ReadStep, WriteStep
+from acode.runtime.steps.model_step import ModelStep
+from acode.runtime.steps.python_step import PythonStep
+from acode.runtime.steps.run_step import RunStep
+from acode.security.signing import Signer
+
+__all__ = ["Session"]
+
+
+def _input_hash(data: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:32]
+
+
+class Session:
+    """One session, held by this process (its lock is held until ``close``)."""
+
+    def __init__(
+        self,
+        *,
+        journal: Journal,
+        workspace: Path,
+        config: AcodeConfig,
+        lock: SessionLock,
+        signer: Signer,
+        observer: Observer | None = None,
+        approver: Approver | None = None,
+        interrupts: Interrupts | None = None,
+        strategy: InProgressStrategy | None = None,
+    ) -> None:
+        self._journal = journal
+        self.workspace = workspace
+        self.config = config
+        self._lock = lock
+        self._signer = signer
+        self.observer: Observer = observer or NullObserver()
+        self.approver = approver
+        self.interrupts = interrupts or Interrupts()
+        self.strategy: InProgressStrategy = strategy or config.resume.in_progress_strategy
+        summary = journal.summary
+        assert summary is not None
+        # Positions below this may have records; a fresh session never looks.
+        self._recorded_until = summary.next_position
+        self._position = 0
+        self._seen_ids: set[str] = set()
+        self._ids_loaded = False
+        self._history: list[dict[str, Any]] | None = None
+        self._closed = False
+
+    # -- what a caller may read ----------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._journal.session_id
+
+    @property
+    def short_id(self) -> str:
+        """How people see this session: its shortest unique id prefix."""
+        if not self._journal.row.short_id:
+            return self._journal.store.short_id(self.id)
+        return self._journal.row.short_id
+
+    @property
+    def title(self) -> str:
+        return self._journal.row.title
+
+    @property
+    def state(self) -> SessionState:
+        return self._journal.state
+
+    @property
+    def steps_completed(self) -> int:
+        assert self._journal.summary is not None
+        return self._journal.summary.steps_completed
+
+    @property
+    def total_steps(self) -> int | None:
+        assert self._journal.summary is not None
+        return self._journal.summary.total_steps
+
+    @property
+    def journal(self) -> Journal:
+        return self._journal
+
+    # -- step kinds ------------------------------------------------------------------
+
+    def step(
+        self,
+        step_id: str,
+        fn: Callable[[StepContext], Any],
+        *,
+        input: Any = None,
+        task: str | None = None,
+        title: str | None = None,
+    ) -> Any:
+        """Run ``fn(ctx)`` once and return its JSON-able result."""
+        return self._perform(PythonStep(fn, input), step_id, task, title)
+
+    def read(self, step_id: str, path: str, *, task: str | None = None) -> str:
+        return str(self._perform(ReadStep(path), step_id, task, f"read {path}"))
+
+    def write(
+        self, step_id: str, path: str, content: str | bytes, *, task: str | None = None
+    ) -> dict[str, Any]:
+        data = content.encode() if isinstance(content, str) else content
+        result: dict[str, Any] = self._perform(
+            WriteStep(path, data), step_id, task, f"write {path}"
+        )
+        return result
+
+    def edit(
+        self, step_id: str, path: str, old: str, new: str, *, task: str | None = None
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._perform(
+            EditStep(path, old, new), step_id, task, f"edit {path}"
+        )
+        return result
+
+    def run(
+        self,
+        step_id: str,
+        command: str,
+        *,
+        idempotent: bool = False,
+        timeout: float | None = None,
+        paths: tuple[str, ...] | list[str] = (),
+        check: str | None = None,
+        task: str | None = None,
+    ) -> CommandResult | dict[str, Any]:
+        action = RunStep(command, idempotent, timeout, tuple(paths), check)
+        result: CommandResult | dict[str, Any] = self._perform(
+            action, step_id, task, f"run {command}"
+        )
+        return result
+
+    def commit(self, step_id: str, message: str, *, task: str | None = None) -> str:
+        return str(self._perform(CommitStep(message), step_id, task, f"commit {message}"))
+
+    def model(self, step_id: str, prompt: str, *, task: str | None = None) -> str:
+        action = ModelStep(prompt, tuple(self._conversation()))
+        return str(self._perform(action, step_id, task, f"model {prompt}"))
+
+    def approve(
+        self,
+        step_id: str,
+        question: str,
+        *,
+        subject: object = None,
+        task: str | None = None,
+    ) -> bool:
+        """Ask a person; the decision is recorded and signed. Raises ApprovalPending
+        when there is no decision and no one to ask."""
+        self._require_active()
+        input_hash = _input_hash({"q": question})
+        position, record = self._claim(step_id, StepKind.APPROVE, input_hash)
+        notice = self._notice(position, step_id, StepKind.APPROVE, task, f"approve {question}")
+        if record is not None and record.status is StepStatus.COMPLETED:
+            self.observer.on_step(notice(StepPhase.SKIPPED, None))
+            return bool(self._recorded_result(record)["approved"])
+        gate = subject_hash(question, subject)
+        decision = self._recorded_decision(step_id, position, gate) if record else None
+        entries: list[tuple[EventType, dict[str, Any]]] = []
+        if decision is None and self.approver is not None:
+            self.observer.on_step(notice(StepPhase.STARTED, None))
+            answer = self.approver(ApprovalRequest(self.id, step_id, question, subject))
+            if answer is not None:
+                decision = decision_payload(
+                    self._signer,
+                    self.id,
+                    step=step_id,
+                    position=position,
+                    approved=answer,
+                    subject=gate,
+                    by=getpass.getuser(),
+                )
+                entries.append((EventType.APPROVAL_DECIDED, decision))
+        base = self._step_payload(step_id, task, StepKind.APPROVE, position, 1, None, input_hash)
+        if decision is None:
+            if record is None:
+                self._journal.write(
+                    [
+                        (
+                            EventType.APPROVAL_REQUESTED,
+                            {**base, "question": question, "subject_hash": gate},
+                        ),
+                        *self._to(
+                            SessionState.AWAITING_APPROVAL, f"step {step_id} awaits approval"
+                        ),
+                    ],
+                    steps=[self._record(base, StepStatus.IN_PROGRESS)],
+                )
+            raise ApprovalPending(step_id, question)
+        result = {"approved": bool(decision["approved"]), "by": decision["by"]}
+        entries += self._to(SessionState.EXECUTING, "approval decided")
+        entries.append((EventType.STEP_COMPLETED, {**base, "result": result}))
+        self._journal.write(entries, steps=[self._record(base, StepStatus.COMPLETED)])
+        self.observer.on_step(
+            notice(StepPhase.DONE, "approved" if result["approved"] else "denied")
+        )
+        return bool(result["approved"])
+
+    # -- the engine ----------------------------------------------------------------------
+
+    def _perform(
+        self, action: StepAction, step_id: str, task: str | None, title: str | None
+    ) -> Any:
+        self._require_active()
+        input_hash = _input_hash(action.input())
+        position, record = self._claim(step_id, action.kind, input_hash)
+        notice = self._notice(position, step_id, action.kind, task, title or step_id)
+        attempt = 1
+        if record is not None:
+            env = self._env(step_id, action.kind, task, position, record.attempt)
+            if record.status is StepStatus.COMPLETED:
+                self.observer.on_step(notice(StepPhase.SKIPPED, None))
+                return action.value(env, self._recorded_result(record))
+            if record.status is StepStatus.FAILED:
+                error = self._journal.store.event(self._journal.row, record.event_seq)
+                raise StepFailedError(
+                    f"step {step_id!r} failed in an earlier run: {error.payload.get('error')}"
+                )
+            started = self._started_record(record)
+            recovery = action.recover(env, started)
+            if recovery.action is RecoveryAction.ALREADY_DONE:
+                self._finish(env, input_hash, Outcome(recovery.result), recovered=True)
+                self.observer.on_step(notice(StepPhase.RECOVERED, recovery.detail))
+                return action.value(env, recovery.result)
+            if recovery.action is RecoveryAction.ROLLBACK_AND_RETRY:
+                base = self._step_payload(
+                    step_id, task, action.kind, position, record.attempt, record
+                )
+                self._journal.write(
+                    [
+                        (
+                            EventType.STEP_ROLLED_BACK,
+                            {**base, "restored": list(recovery.restored), "started": started},
+                        )
+                    ],
+                    steps=[self._record(base, StepStatus.ROLLED_BACK)],
+                    checkpoint=False,
+                )
+                self.observer.on_step(notice(StepPhase.ROLLED_BACK, recovery.detail))
+            attempt = record.attempt + 1
+        env = self._env(step_id, action.kind, task, position, attempt)
+        prepared = Prepared()
+        if action.durable_start:
+            prepared = action.prepare(env)
+            base = self._step_payload(
+                step_id, task, action.kind, position, attempt, None, input_hash
+            )
+            self._journal.write(
+                [(EventType.STEP_STARTED, {**base, **prepared.record})],
+                steps=[self._record(base, StepStatus.IN_PROGRESS)],
+                blobs=prepared.blobs,
+                checkpoint=False,
+            )
+        self.observer.on_step(notice(StepPhase.STARTED, None))
+        started_at = time.monotonic()
+        try:
+            with self.interrupts.interruptible():
+                outcome = action.execute(env, prepared)
+        except (PauseRequested, KeyboardInterrupt):
+            raise
+        except StepFailedError as exc:
+            self._fail(env, input_hash, exc)
+            self.observer.on_step(notice(StepPhase.FAILED, exc.message))
+            raise
+        except Exception as exc:
+            failure = StepFailedError(f"step {step_id!r} raised {type(exc).__name__}: {exc}")
+            self._fail(env, input_hash, failure)
+            self.observer.on_step(notice(StepPhase.FAILED, failure.message))
+            raise failure from exc
+        self._finish(env, input_hash, outcome)
+        elapsed = int((time.monotonic() - started_at) * 1000)
+        self.observer.on_step(notice(StepPhase.DONE, None, elapsed))
+        self.interrupts.check()
+        return action.value(env, outcome.result)
+
+    def _claim(
+        self, step_id: str, kind: StepKind, input_hash: str
+    ) -> tuple[int, StepRecord | None]:
+        """Take the next position; return it with the record found there, if any."""
+        if not STEP_ID_PATTERN.fullmatch(step_id):
+            raise UsageError(
+                f"invalid step id {step_id!r}",
+                hint="use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+            )
+        if step_id in self._seen_ids:
+            raise NonDeterminismError(
+                f"step id {step_id!r} is used twice in session {self.short_id}",
+                hint="every step of a session needs its own id",
+            )
+        position = self._position
+        store, sid = self._journal.store, self._journal.row.sid
+        record = None
+        if position < self._recorded_until:
+            record = store.step_at(sid, position)
+        elif self._recorded_until and not self._ids_loaded:
+            # A new step of a resumed session: its id must not repeat a recorded one,
+            # including ids of positions the code did not replay this time.
+            self._seen_ids |= store.step_ids(sid)
+            self._ids_loaded = True
+            if step_id in self._seen_ids:
+                raise NonDeterminismError(
+                    f"step {step_id!r} was already recorded in session {self.short_id}, "
+                    f"but is now called at position {position}",
+                    hint="the code or plan runs its steps in a different order than the "
+                    "recorded session; restore the original order, or start a new session",
+                )
+        if record is not None and (
+            record.step_id != step_id
+            or record.kind != kind.value
+            or record.input_hash != input_hash
+        ):
+            raise NonDeterminismError(
+                f"session {self.short_id}, position {position}: recorded step "
+                f"{record.step_id!r} ({record.kind}), now called as {step_id!r} ({kind.value})"
+                + (
+                    ""
+                    if record.step_id != step_id or record.kind != kind.value
+                    else " with a different input"
+                ),
+                hint="the code or plan changed since the session was recorded; restore it, "
+                "or start a new session",
+            )
+        self._seen_ids.add(step_id)
+        self._position += 1
+        return position, record
+
+    def _env(
+        self, step_id: str, kind: StepKind, task: str | None, position: int, attempt: int
+    ) -> StepEnv:
+        ctx = StepContext(
+            session_id=self.id,
+            step_id=step_id,
+            kind=kind.value,
+            attempt=attempt,
+            position=position,
+            idempotency_key=generate(self.id, step_id, attempt),
+            workspace=self.workspace,
+            task_id=task,
+        )
+        return StepEnv(ctx, self._journal.store, self.config, self.strategy)
+
+    def _step_payload(
+        self,
+        step_id: str,
+        task: str | None,
+        kind: StepKind,
+        position: int,
+        attempt: int,
+        record: StepRecord | None,
+        input_hash: str | None = None,
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "step": step_id,
+            "kind": kind.value,
+            "position": position,
+            "attempt": attempt,
+            "key": generate(self.id, step_id, attempt),
+            "input_hash": input_hash or (record.input_hash if record else None),
+        }
+        if task is not None:
+            payload["task"] = task
+        return payload
+
+    @staticmethod
+    def _record(payload: dict[str, Any], status: StepStatus) -> StepRecord:
+        return StepRecord(
+            position=payload["position"],
+            step_id=payload["step"],
+            kind=payload["kind"],
+            status=status,
+            attempt=payload["attempt"],
+            task_id=payload.get("task"),
+            input_hash=payload["input_hash"],
+        )
+
+    def _finish(
+        self, env: StepEnv, input_hash: str, outcome: Outcome, *, recovered: bool = False
+    ) -> None:
+        ctx = env.ctx
+        base = self._step_payload(
+            ctx.step_id,
+            ctx.task_id,
+            StepKind(ctx.kind),
+            ctx.position,
+            ctx.attempt,
+            None,
+            input_hash,
+        )
+        payload = {**base, "result": outcome.result}
+        if recovered:
+            payload["recovered"] = True
+        self._journal.write(
+            [(EventType.STEP_COMPLETED, payload)],
+            steps=[self._record(base, StepStatus.COMPLETED)],
+            messages=outcome.messages,
+            blobs=outcome.blobs,
+        )
+        if outcome.messages and self._history is not None:
+            self._history.extend(content for _, content in outcome.messages)
+
+    def _fail(self, env: StepEnv, input_hash: str, error: StepFailedError) -> None:
+        ctx = env.ctx
+        base = self._step_payload(
+            ctx.step_id,
+            ctx.task_id,
+            StepKind(ctx.kind),
+            ctx.position,
+            ctx.attempt,
+            None,
+            input_hash,
+        )
+        self._journal.write(
+            [(EventType.STEP_FAILED, {**base, "error": error.message})],
+            steps=[self._record(base, StepStatus.FAILED)],
+        )
+
+    def _recorded_result(self, record: StepRecord) -> Any:
+        event = self._journal.store.event(self._journal.row, record.event_seq)
+        return event.payload["result"]
+
+    def _started_record(self, record: StepRecord) -> dict[str, Any]:
+        event = self._journal.store.event(self._journal.row, record.event_seq)
+        if event.type is EventType.STEP_ROLLED_BACK:
+            started: dict[str, Any] = event.payload["started"]
+            return started
+        return event.payload
+
+    def _recorded_decision(self, step_id: str, position: int, gate: str) -> dict[str, Any] | None:
+        """The newest valid decision for this approval while what it approved is unchanged."""
+        store, row = self._journal.store, self._journal.row
+        for event in reversed(store.events_of_type(row, EventType.APPROVAL_DECIDED)):
+            p = event.payload
+            if p.get("step") != step_id or p.get("position") != position:
+                continue
+            if p.get("subject_hash") != gate:
+                return None
+            if not decision_valid(self._signer, self.id, p):
+                from acode.errors import CheckpointError
+
+                raise CheckpointError(
+                    f"the approval of step {step_id!r} (event {event.seq}) is not signed by "
+                    "this user's key: it was not recorded by acode",
+                    hint="refusing to continue; record a decision with `acode approve`",
+                )
+            return p
+        return None
+
+    def _conversation(self) -> list[dict[str, Any]]:
+        if self._history is None:
+            import json
+
+            rows = self._journal.store.messages(self._journal.row.sid)
+            self._history = [json.loads(r.content) for r in rows]
+        return self._history
+
+    def _notice(
+        self, position: int, step_id: str, kind: StepKind, task: str | None, title: str
+    ) -> Callable[..., StepNotice]:
+        total = self.total_steps
+
+        def make(
+            phase: StepPhase, detail: str | None, duration_ms: int | None = None
+        ) -> StepNotice:
+            return StepNotice(
+                phase, position, step_id, kind.value, title, task, total, detail, duration_ms
+            )
+
+        return make
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def _to(self, target: SessionState, reason: str) -> list[tuple[EventType, dict[str, Any]]]:
+        current = self.state
+        if current is target or not can_transition(current, target):
+            return []
+        return [
+            (EventType.STATE_CHANGED, {"from": current.value, "to": target.value, "reason": reason})
+        ]
+
+    def _transition(self, target: SessionState, reason: str) -> None:
+        entries = self._to(target, reason)
+        if entries:
+            self._journal.write(entries)
+
+    def complete(self) -> None:
+        self._transition(SessionState.COMPLETED, "all steps done")
+
+    def fail(self, reason: str) -> None:
+        self._transition(SessionState.FAILED, reason)
+
+    def pause(self, reason: str) -> None:
+        self._transition(SessionState.PAUSED, reason)
+
+    def cancel(self, reason: str) -> None:
+        self._transition(SessionState.CANCELLED, reason)
+
+    def _require_active(self) -> None:
+        if self._closed:
+            raise UsageError(f"session {self.short_id} is closed")
+        if is_terminal(self.state):
+            raise UsageError(
+                f"session {self.short_id} is {self.state.value}; it takes no more steps"
+            )
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._lock.release()
+            self._journal.store.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Leaving the block normally completes the session. A pause records PAUSED; a
+        failed step records FAILED; any other exception leaves the session as it was,
+        resumable, exactly as a crash would."""
+        try:
+            if exc_type is None:
+                self.complete()
+            elif issubclass(exc_type, (PauseRequested, KeyboardInterrupt)):
+                self.pause("interrupted")
+            elif issubclass(exc_type, StepFailedError):
+                self.fail(str(exc))
+        finally:
+            self.close()

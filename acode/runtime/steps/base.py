@@ -1,0 +1,109 @@
+"""The contract every step kind implements.
+
+A step runs in up to three phases. ``prepare`` gathers what resume needs before
+the side effect (pre-images, snapshots); it is recorded in ``StepStarted`` only for
+kinds whose ``durable_start`` is true, because a step that resume would simply run
+again needs no start record and so costs one commit instead of two. ``execute``
+performs the side effect. ``recover`` decides, for a step found started but not
+finished, whether it is already done, can be run again, or must be rolled back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from acode.domain.config import AcodeConfig
+from acode.domain.plan import StepKind
+
+if TYPE_CHECKING:
+    from acode.store.sqlite_store import SqliteStore
+
+__all__ = [
+    "InProgressStrategy",
+    "Outcome",
+    "Prepared",
+    "Recovery",
+    "RecoveryAction",
+    "StepAction",
+    "StepContext",
+    "StepEnv",
+]
+
+InProgressStrategy = Literal["rollback", "retry", "prompt"]
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a step's code may know about itself. ``idempotency_key`` is stable for an
+    attempt: pass it to external systems that deduplicate requests."""
+
+    session_id: str
+    step_id: str
+    kind: str
+    attempt: int
+    position: int
+    idempotency_key: str
+    workspace: Path
+    task_id: str | None = None
+
+
+@dataclass(frozen=True)
+class StepEnv:
+    ctx: StepContext
+    store: SqliteStore
+    config: AcodeConfig
+    strategy: InProgressStrategy = "rollback"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Recorded in StepStarted (``record``) with the blobs it refers to."""
+
+    record: dict[str, Any] = field(default_factory=dict)
+    blobs: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: Any
+    blobs: tuple[tuple[str, bytes], ...] = ()
+    messages: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+
+class RecoveryAction(StrEnum):
+    ALREADY_DONE = "skip"
+    RETRY = "retry"
+    ROLLBACK_AND_RETRY = "rollback_retry"
+
+
+@dataclass(frozen=True)
+class Recovery:
+    action: RecoveryAction
+    detail: str
+    result: Any = None
+    restored: tuple[str, ...] = ()
+
+
+class StepAction(Protocol):
+    @property
+    def kind(self) -> StepKind: ...
+
+    @property
+    def durable_start(self) -> bool: ...
+
+    def input(self) -> dict[str, Any]:
+        """What identifies the step's input; its hash is compared on replay."""
+        ...
+
+    def prepare(self, env: StepEnv) -> Prepared: ...
+
+    def execute(self, env: StepEnv, prepared: Prepared) -> Outcome: ...
+
+    def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery: ...
+
+    def value(self, env: StepEnv, result: Any) -> Any:
+        """What the caller gets back, from the recorded result."""
+        ...

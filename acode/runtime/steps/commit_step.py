@@ -1,0 +1,54 @@
+"""commit: a git commit of the workspace carrying ``Acode-Step: <idempotency key>``.
+
+The trailer is what makes a commit step safe to run again: before committing, the
+history is searched for a commit of this step (any attempt), so an interrupted
+commit step never commits twice and needs no start record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from acode.domain.idempotency import step_prefix
+from acode.domain.plan import StepKind
+from acode.errors import StepFailedError
+from acode.runtime.git import commit_all, find_commit_with_trailer, is_work_tree
+from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
+
+__all__ = ["TRAILER", "CommitStep"]
+
+TRAILER = "Acode-Step"
+
+
+@dataclass(frozen=True)
+class CommitStep:
+    message: str
+    kind: StepKind = StepKind.COMMIT
+    durable_start: bool = False
+
+    def input(self) -> dict[str, Any]:
+        return {"message": self.message}
+
+    def prepare(self, env: StepEnv) -> Prepared:
+        return Prepared()
+
+    def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
+        ws = env.ctx.workspace
+        if not is_work_tree(ws):
+            raise StepFailedError(
+                f"cannot commit: {ws} is not a git work tree",
+                hint="run `git init` in the workspace, or remove the commit step",
+            )
+        prefix = step_prefix(env.ctx.session_id, env.ctx.step_id)
+        existing = find_commit_with_trailer(ws, TRAILER, prefix)
+        if existing is not None:
+            return Outcome({"sha": existing, "reused": True})
+        sha = commit_all(ws, self.message, {TRAILER: env.ctx.idempotency_key})
+        return Outcome({"sha": sha, "reused": False})
+
+    def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
+        return Recovery(RecoveryAction.RETRY, "commits are found by their trailer")
+
+    def value(self, env: StepEnv, result: Any) -> str:
+        return str(result["sha"])

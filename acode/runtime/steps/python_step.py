@@ -1,0 +1,107 @@
+"""python: a callable of the user's, given a StepContext, returning JSON-able data.
+
+Callables are retryable by default: an interrupted call simply runs again, so it
+needs no start record. Mark one ``@acode.python_step(retryable=False)`` when running
+it twice would do harm; resume then refuses to run it again on its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from acode.domain.events import canonical_json
+from acode.domain.plan import StepKind
+from acode.errors import PlanError, StepFailedError
+from acode.runtime.steps.base import (
+    Outcome,
+    Prepared,
+    Recovery,
+    RecoveryAction,
+    StepContext,
+    StepEnv,
+)
+
+__all__ = ["PythonStep", "StepFunction", "import_step_function", "python_step"]
+
+StepFunction = Callable[[StepContext], Any]
+F = TypeVar("F", bound=StepFunction)
+_RETRYABLE_ATTR = "__acode_retryable__"
+
+
+def python_step(*, retryable: bool = True) -> Callable[[F], F]:
+    """Declare how resume treats the function when a call to it was interrupted."""
+
+    def mark(fn: F) -> F:
+        setattr(fn, _RETRYABLE_ATTR, retryable)
+        return fn
+
+    return mark
+
+
+def is_retryable(fn: StepFunction) -> bool:
+    return bool(getattr(fn, _RETRYABLE_ATTR, True))
+
+
+def import_step_function(target: str, workspace: Path) -> StepFunction:
+    """The callable named ``module.path:function``, importable from the workspace."""
+    module_name, _, attr = target.partition(":")
+    if str(workspace) not in sys.path:
+        sys.path.insert(0, str(workspace))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PlanError(
+            f"python step target {target!r}: cannot import {module_name!r}: {exc}",
+            hint="the module must be importable from the workspace or the environment",
+        ) from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise PlanError(f"python step target {target!r}: {module_name} has no function {attr!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class PythonStep:
+    fn: StepFunction = field(compare=False)
+    arguments: Any = None
+    kind: StepKind = StepKind.PYTHON
+
+    @property
+    def durable_start(self) -> bool:
+        return not is_retryable(self.fn)
+
+    def input(self) -> dict[str, Any]:
+        return {"input": self.arguments} if self.arguments is not None else {}
+
+    def prepare(self, env: StepEnv) -> Prepared:
+        return Prepared()
+
+    def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
+        result = self.fn(env.ctx)
+        try:
+            # Live and replayed calls must return the same thing: the JSON form.
+            return Outcome(json.loads(canonical_json(result)))
+        except (TypeError, ValueError) as exc:
+            raise StepFailedError(
+                f"step {env.ctx.step_id!r} returned {type(result).__name__}, "
+                f"which cannot be recorded as JSON: {exc}",
+                hint="return dicts, lists, strings, numbers, booleans or None",
+            ) from exc
+
+    def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
+        if env.strategy == "retry":
+            return Recovery(RecoveryAction.RETRY, "strategy retry runs it again")
+        raise StepFailedError(
+            f"step {env.ctx.step_id!r} was interrupted and is marked not retryable",
+            hint="check whether its effect happened, then resume with `--strategy retry` "
+            "to run it again",
+        )
+
+    def value(self, env: StepEnv, result: Any) -> Any:
+        return result

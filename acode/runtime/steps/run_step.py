@@ -1,0 +1,116 @@
+"""run: a shell command in the workspace, with a time-out and bounded output.
+
+A non-idempotent command records a snapshot of the files it declares (``paths``)
+before it starts, so an interrupted run can be rolled back and run again; a
+``check`` command that exits 0 tells resume the effect is already there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from acode.domain.plan import StepKind
+from acode.errors import StepFailedError
+from acode.runtime.files import expand_globs, resolve_in_workspace, sha256_bytes, sha256_file
+from acode.runtime.process import CommandResult, run_command
+from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
+from acode.runtime.steps.file_steps import restore_image
+
+__all__ = ["RunStep"]
+
+
+@dataclass(frozen=True)
+class RunStep:
+    command: str
+    idempotent: bool = False
+    timeout: float | None = None
+    paths: tuple[str, ...] = ()
+    check: str | None = None
+    kind: StepKind = StepKind.RUN
+
+    @property
+    def durable_start(self) -> bool:
+        return not self.idempotent
+
+    def input(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "idempotent": self.idempotent,
+            "paths": list(self.paths),
+            "check": self.check,
+        }
+
+    def prepare(self, env: StepEnv) -> Prepared:
+        snapshot: dict[str, str | None] = {}
+        blobs: list[tuple[str, bytes]] = []
+        for rel in expand_globs(env.ctx.workspace, self.paths):
+            target = resolve_in_workspace(env.ctx.workspace, rel)
+            if target.is_file():
+                data = target.read_bytes()
+                sha = sha256_bytes(data)
+                blobs.append((sha, data))
+                snapshot[rel] = sha
+            else:
+                snapshot[rel] = None
+        return Prepared({"command": self.command, "snapshot": snapshot}, tuple(blobs))
+
+    def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
+        timeout = self.timeout or env.config.run.default_timeout_seconds
+        result = run_command(
+            self.command,
+            cwd=env.ctx.workspace,
+            timeout=timeout,
+            max_output=env.config.run.max_output_bytes,
+            env=_step_env(env),
+        )
+        if result.timed_out:
+            raise StepFailedError(
+                f"`{self.command}` timed out after {timeout:g} s",
+                hint="raise the step's timeout or fix the command",
+            )
+        if result.exit_code != 0:
+            tail = (result.stderr or result.stdout).strip()[-500:]
+            raise StepFailedError(
+                f"`{self.command}` exited with status {result.exit_code}"
+                + (f":\n{tail}" if tail else "")
+            )
+        return Outcome(result.to_json())
+
+    def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
+        if self.check:
+            probe = run_command(self.check, cwd=env.ctx.workspace, timeout=60, env=_step_env(env))
+            if probe.exit_code == 0:
+                return Recovery(
+                    RecoveryAction.ALREADY_DONE,
+                    f"check `{self.check}` passed: the command's effect is already there",
+                    result={"check": self.check, "exit_code": 0, "recovered": True},
+                )
+        snapshot: dict[str, str | None] = started.get("snapshot") or {}
+        if env.strategy == "retry" or not snapshot:
+            return Recovery(RecoveryAction.RETRY, f"running `{self.command}` again")
+        restored = []
+        for rel, sha in sorted(snapshot.items()):
+            if sha256_file(resolve_in_workspace(env.ctx.workspace, rel)) != sha:
+                restore_image(env, rel, sha)
+                restored.append(rel)
+        return Recovery(
+            RecoveryAction.ROLLBACK_AND_RETRY,
+            f"restored {len(restored)} of {len(snapshot)} declared files, running again",
+            restored=tuple(restored),
+        )
+
+    def value(self, env: StepEnv, result: Any) -> CommandResult | dict[str, Any]:
+        if "stdout" in result:
+            return CommandResult.from_json(result)
+        return dict(result)
+
+
+def _step_env(env: StepEnv) -> dict[str, str]:
+    import os
+
+    child = dict(os.environ)
+    child["ACODE_SESSION_ID"] = env.ctx.session_id
+    child["ACODE_STEP_ID"] = env.ctx.step_id
+    child["ACODE_IDEMPOTENCY_KEY"] = env.ctx.idempotency_key
+    return child

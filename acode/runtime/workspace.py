@@ -1,0 +1,47 @@
+"""Where a workspace keeps acode's files (see DESIGN.md "Storage")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["AGENT_DIR", "StatePaths", "find_workspace"]
+
+AGENT_DIR = ".agent"
+
+
+def find_workspace(start: Path) -> Path:
+    """The nearest directory at or above ``start`` holding ``.agent/``, else ``start``."""
+    start = start.resolve()
+    for candidate in (start, *start.parents):
+        if (candidate / AGENT_DIR).is_dir():
+            return candidate
+    return start
+
+
+@dataclass(frozen=True)
+class StatePaths:
+    workspace: Path
+
+    @property
+    def agent_dir(self) -> Path:
+        return self.workspace / AGENT_DIR
+
+    @property
+    def state_dir(self) -> Path:
+        return self.agent_dir / "state"
+
+    @property
+    def db(self) -> Path:
+        return self.state_dir / "acode.db"
+
+    @property
+    def locks(self) -> Path:
+        return self.state_dir / "locks"
+
+    @property
+    def logs(self) -> Path:
+        return self.state_dir / "logs"
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.state_dir / "sessions" / session_id

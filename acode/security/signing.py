@@ -1,0 +1,78 @@
+"""Checkpoint and approval signatures: HMAC-SHA256 with a per-user key.
+
+The key comes from ``ACODE_CHECKPOINT_SECRET`` or, when that is unset, from a key
+file created once with mode 0600 in the user's config directory. Someone who can
+edit the database but not read that key cannot forge a checkpoint or an approval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from pathlib import Path
+
+from acode.errors import CheckpointError, ErrorCode
+
+__all__ = ["SECRET_ENV", "Signer", "key_path", "load_signer"]
+
+SECRET_ENV = "ACODE_CHECKPOINT_SECRET"
+
+
+def key_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "acode" / "checkpoint.key"
+
+
+class Signer:
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def sign(self, message: bytes) -> str:
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def verify(self, message: bytes, signature: str) -> bool:
+        return hmac.compare_digest(self.sign(message), signature)
+
+
+def load_signer() -> Signer:
+    secret = os.environ.get(SECRET_ENV)
+    if secret:
+        return Signer(secret.encode())
+    return Signer(_key_file(key_path()))
+
+
+def _key_file(path: Path) -> bytes:
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = os.urandom(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return _read_key(path)  # another process created it first
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+        f.flush()
+        os.fsync(f.fileno())
+    return key
+
+
+def _read_key(path: Path) -> bytes:
+    st = path.lstat()
+    if st.st_mode & 0o077:
+        raise CheckpointError(
+            f"the checkpoint key {path} is readable by others (mode {st.st_mode & 0o777:o})",
+            hint=f"run `chmod 600 {path}`, or set {SECRET_ENV}",
+            code=ErrorCode.CHECKPOINT_INVALID,
+        )
+    key = path.read_bytes()
+    if len(key) < 16:
+        raise CheckpointError(
+            f"the checkpoint key {path} is too short ({len(key)} bytes)",
+            hint=f"set {SECRET_ENV}, or restore the key file; "
+            "a new key cannot verify old checkpoints",
+        )
+    return key

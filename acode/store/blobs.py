@@ -1,0 +1,41 @@
+"""Content-addressed file images: pre-images for rollback, snapshots, read results."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import zlib
+
+from acode.errors import StorageError
+
+__all__ = ["INSERT_BLOB", "compress", "get_blob", "has_blob", "prepare_blob"]
+
+INSERT_BLOB = "INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)"
+_SELECT_BLOB = "SELECT size, data FROM blobs WHERE sha256 = ?"
+_HAS_BLOB = "SELECT 1 FROM blobs WHERE sha256 = ?"
+
+
+def prepare_blob(data: bytes) -> tuple[str, bytes]:
+    """The key and the bytes to hand to a Commit."""
+    return hashlib.sha256(data).hexdigest(), data
+
+
+def compress(data: bytes) -> bytes:
+    return zlib.compress(data, 6)
+
+
+def get_blob(conn: sqlite3.Connection, sha256: str) -> bytes:
+    row = conn.execute(_SELECT_BLOB, (sha256,)).fetchone()
+    if row is None:
+        raise StorageError(
+            f"the stored file image {sha256[:12]} is missing from the database",
+            hint="the database was edited or damaged; run `acode resume --verify`",
+        )
+    data = zlib.decompress(row[1])
+    if len(data) != row[0] or hashlib.sha256(data).hexdigest() != sha256:
+        raise StorageError(f"the stored file image {sha256[:12]} is damaged")
+    return data
+
+
+def has_blob(conn: sqlite3.Connection, sha256: str) -> bool:
+    return conn.execute(_HAS_BLOB, (sha256,)).fetchone() is not None

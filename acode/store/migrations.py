@@ -1,0 +1,85 @@
+"""Numbered, forward-only schema migrations.
+
+Each ``sql/NNNN_name.sql`` file runs once, in order, in the same transaction as the
+bump of ``PRAGMA user_version``. A database written by a newer acode is refused.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from acode.errors import SchemaTooNewError
+
+__all__ = ["Migration", "available_migrations", "migrate", "schema_version"]
+
+_NAME = re.compile(r"(?P<number>\d{4})_(?P<name>\w+)\.sql")
+
+
+@dataclass(frozen=True)
+class Migration:
+    number: int
+    name: str
+    sql: str
+
+
+def available_migrations() -> list[Migration]:
+    found = []
+    for entry in resources.files("acode.store").joinpath("sql").iterdir():
+        match = _NAME.fullmatch(entry.name)
+        if match:
+            found.append(Migration(int(match["number"]), match["name"], entry.read_text()))
+    return sorted(found, key=lambda m: m.number)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> int:
+    """Bring the schema up to date; returns the version now in force."""
+    migrations = available_migrations()
+    latest = migrations[-1].number
+    current = schema_version(conn)
+    if current > latest:
+        raise SchemaTooNewError(
+            f"{path} has schema version {current}, but this acode knows versions up to {latest}",
+            hint="upgrade acode (pip install -U acode); the database was left untouched",
+        )
+    for migration in migrations:
+        if migration.number > current:
+            _apply(conn, migration)
+    return max(current, latest)
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Another process may have migrated while we waited for the write lock.
+        if schema_version(conn) >= migration.number:
+            conn.execute("ROLLBACK")
+            return
+        for statement in _statements(migration.sql):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {migration.number}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _statements(script: str) -> list[str]:
+    """Split a script into statements; trigger bodies hold semicolons of their own,
+    which is why this asks SQLite whether a statement is complete."""
+    statements, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip():
+                statements.append(pending.strip())
+            pending = ""
+    return statements

@@ -1,0 +1,69 @@
+"""Rows as the store hands them out, and the one unit the store writes: a Commit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from acode.domain.events import Event
+from acode.domain.reducer import StepRecord
+
+__all__ = ["CheckpointRow", "Commit", "MessageRow", "SessionRow"]
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    sid: int
+    id: str
+    title: str
+    state: str
+    workspace: str
+    parent_id: str | None
+    kind: str
+    config: str
+    config_hash: str
+    created_at: int
+    updated_at: int
+    current_task: str | None
+    current_step: str | None
+    archived: bool
+    short_id: str = ""  # the shortest unique prefix, at least 8 characters
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    id: int
+    seq: int
+    summary: str
+    head: bytes
+    signature: str
+    created_at: int
+
+    @property
+    def slot(self) -> int:
+        return self.id % 2
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    idx: int
+    role: str
+    content: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Everything one transaction writes for a session: events and what they project to.
+
+    A step's completion (event, step row, checkpoint, session row) is one Commit, so
+    after a crash either all of it is there or none of it.
+    """
+
+    events: Sequence[Event]
+    updated_at: int
+    state: str | None = None  # set when the session row changes state
+    steps: Sequence[StepRecord] = ()
+    checkpoint: CheckpointRow | None = None
+    messages: Sequence[MessageRow] = ()
+    blobs: Sequence[tuple[str, bytes]] = field(default=())

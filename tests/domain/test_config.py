@@ -1,0 +1,206 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from acode.domain.config import (
+    AcodeConfig,
+    ModelSettings,
+    ResumeSettings,
+    RunSettings,
+    SyncSettings,
+    config_hash,
+    config_to_dict,
+    parse_config,
+)
+from acode.errors import ConfigError
+
+SOURCE = ".agent/config.yml"
+
+CUSTOM = AcodeConfig(
+    model=ModelSettings(
+        base_url="https://api.example.com/v1",
+        name="gpt-x",
+        temperature=0.7,
+        max_tokens=99,
+        api_key_env="OPENAI_API_KEY",
+        timeout_seconds=5.5,
+        seed=42,
+    ),
+    resume=ResumeSettings(
+        in_progress_strategy="retry",
+        changed_files_action="abort",
+        validate_environment=False,
+        validation_timeout_seconds=3.0,
+    ),
+    run=RunSettings(default_timeout_seconds=30.0, max_output_bytes=1000),
+    sync=SyncSettings(remote="postgresql://db.example.com/acode"),
+    durability="normal",
+)
+
+
+def refused(data: object) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, SOURCE)
+    return info.value.message
+
+
+@pytest.mark.parametrize("data", [None, {}, {"model": None, "resume": {}}])
+def test_nothing_given_means_defaults(data: object) -> None:
+    assert parse_config(data, SOURCE) == AcodeConfig()
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    cfg = AcodeConfig()
+    assert cfg.model.base_url == "http://localhost:11434/v1"
+    assert cfg.model.name == "llama3.2"
+    assert cfg.resume.in_progress_strategy == "rollback"
+    assert cfg.resume.changed_files_action == "prompt"
+    assert cfg.run.max_output_bytes == 65536
+    assert cfg.sync.remote is None
+    assert cfg.durability == "full"
+
+
+def test_a_partial_section_keeps_the_other_defaults() -> None:
+    cfg = parse_config({"model": {"name": "qwen2.5-coder"}}, SOURCE)
+    assert cfg.model == ModelSettings(name="qwen2.5-coder")
+    assert cfg.resume == ResumeSettings()
+
+
+def test_every_key_round_trips_through_json() -> None:
+    data = json.loads(json.dumps(config_to_dict(CUSTOM)))
+    assert parse_config(data, SOURCE) == CUSTOM
+
+
+def test_whole_numbers_are_accepted_for_float_keys_and_hash_the_same() -> None:
+    a = parse_config({"model": {"temperature": 1, "timeout_seconds": 10}}, SOURCE)
+    b = parse_config({"model": {"temperature": 1.0, "timeout_seconds": 10.0}}, SOURCE)
+    assert isinstance(a.model.temperature, float)
+    assert config_hash(a) == config_hash(b)
+
+
+def test_message_names_source_and_dotted_key() -> None:
+    message = refused({"model": {"temperature": "hot"}})
+    assert message == (
+        ".agent/config.yml: model.temperature: expected a number between 0 and 2, got 'hot'"
+    )
+
+
+def test_the_hint_says_what_to_do() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({"durability": "paranoid"}, SOURCE)
+    assert info.value.hint is not None
+    assert "docs/configuration.md" in info.value.hint
+    assert SOURCE in info.value.hint
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"model": {"max_tokens": True}}, "model.max_tokens: expected a positive whole number"),
+        ({"model": {"max_tokens": 1.5}}, "model.max_tokens: expected a positive whole number"),
+        ({"model": {"max_tokens": 0}}, "model.max_tokens: expected a positive whole number"),
+        ({"model": {"temperature": True}}, "got true"),
+        ({"model": {"temperature": 2.5}}, "model.temperature: expected a number between 0 and 2"),
+        ({"model": {"temperature": -0.1}}, "model.temperature"),
+        ({"model": {"temperature": float("nan")}}, "model.temperature"),
+        ({"model": {"timeout_seconds": float("inf")}}, "model.timeout_seconds"),
+        ({"model": {"timeout_seconds": 0}}, "expected a positive number, got 0"),
+        ({"model": {"timeout_seconds": 10**400}}, "model.timeout_seconds"),
+        ({"model": {"base_url": "localhost:11434"}}, "expected an http:// or https:// URL"),
+        ({"model": {"name": ""}}, "model.name: expected a non-empty string, got ''"),
+        ({"model": {"seed": "7"}}, "model.seed: expected a whole number or null, got '7'"),
+        ({"resume": {"in_progress_strategy": "redo"}}, "one of 'rollback', 'retry', 'prompt'"),
+        ({"resume": {"changed_files_action": None}}, "got null"),
+        ({"resume": {"validate_environment": "yes"}}, "expected true or false, got 'yes'"),
+        ({"resume": {"validation_timeout_seconds": -1}}, "resume.validation_timeout_seconds"),
+        ({"run": {"max_output_bytes": [1]}}, "run.max_output_bytes: expected a positive whole"),
+        ({"sync": {"remote": 5}}, "sync.remote: expected a non-empty string or null, got 5"),
+        ({"durability": "fast"}, "durability: expected one of 'full', 'normal', got 'fast'"),
+        ({"model": "llama3.2"}, "model: expected a mapping of settings, got 'llama3.2'"),
+    ],
+)
+def test_bad_values_are_refused(data: object, expected: str) -> None:
+    message = refused(data)
+    assert message.startswith(f"{SOURCE}: ")
+    assert expected in message
+
+
+def test_unknown_keys_are_refused_with_a_suggestion() -> None:
+    message = refused({"model": {"temprature": 0.5}})
+    assert "model.temprature: unknown key (did you mean 'temperature'?)" in message
+    assert "known keys: base_url, name, temperature" in message
+    assert "unknown key (did you mean 'resume'?)" in refused({"resmue": {}})
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    message = refused(
+        {
+            "model": {"temperature": "hot", "max_tokens": -5, "colour": "red"},
+            "resume": {"in_progress_strategy": "redo"},
+            "extra": 1,
+        }
+    )
+    lines = message.splitlines()
+    assert len(lines) == 5
+    assert all(line.startswith(f"{SOURCE}: ") for line in lines)
+    for key in ("model.temperature", "model.max_tokens", "model.colour", "resume.in_progress"):
+        assert any(key in line for line in lines), key
+
+
+def test_a_pasted_api_key_is_not_echoed() -> None:
+    message = refused({"model": {"api_key_env": "sk-live-SECRET123"}})
+    assert "SECRET123" not in message
+    assert "model.api_key_env" in message
+    assert "NAME of an environment variable" in message
+
+
+@pytest.mark.parametrize("data", [["model"], "model: x", 3])
+def test_a_top_level_that_is_not_a_mapping_is_refused(data: object) -> None:
+    assert "expected a mapping of settings at the top level" in refused(data)
+
+
+def test_long_values_are_shortened_in_messages() -> None:
+    message = refused({"model": {"seed": "x" * 500}})
+    assert len(message) < 200
+
+
+def test_hash_is_sha256_of_canonical_json() -> None:
+    import hashlib
+
+    canonical = json.dumps(config_to_dict(CUSTOM), sort_keys=True, separators=(",", ":"))
+    assert config_hash(CUSTOM) == hashlib.sha256(canonical.encode()).hexdigest()
+    assert config_hash(AcodeConfig()) != config_hash(CUSTOM)
+    assert config_hash(AcodeConfig()) == config_hash(parse_config({}, SOURCE))
+
+
+@given(
+    temperature=st.floats(min_value=0, max_value=2),
+    max_tokens=st.integers(min_value=1, max_value=10**9),
+    seed=st.none() | st.integers(min_value=-(2**63), max_value=2**63),
+    strategy=st.sampled_from(["rollback", "retry", "prompt"]),
+    timeout=st.floats(min_value=1e-3, max_value=1e6),
+    remote=st.none() | st.text(min_size=1).filter(str.strip),
+)
+def test_any_valid_config_round_trips(
+    *,
+    temperature: float,
+    max_tokens: int,
+    seed: int | None,
+    strategy: str,
+    timeout: float,
+    remote: str | None,
+) -> None:
+    data = {
+        "model": {"temperature": temperature, "max_tokens": max_tokens, "seed": seed},
+        "resume": {"in_progress_strategy": strategy, "validation_timeout_seconds": timeout},
+        "sync": {"remote": remote},
+    }
+    cfg = parse_config(data, SOURCE)
+    again = parse_config(json.loads(json.dumps(config_to_dict(cfg))), SOURCE)
+    assert again == cfg
+    assert config_hash(again) == config_hash(cfg)

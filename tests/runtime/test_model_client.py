@@ -1,0 +1,244 @@
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from acode.domain.config import ModelSettings
+from acode.errors import ModelError
+from acode.runtime.model_client import (
+    build_chat_payload,
+    chat,
+    list_models,
+    request_hash,
+)
+from tests.support.fake_openai import FakeOpenAI, read_request_log
+
+REPO = Path(__file__).resolve().parents[2]
+HELLO = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Say hi"}]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+def settings_for(fake: FakeOpenAI, **changes: object) -> ModelSettings:
+    return ModelSettings(base_url=fake.base_url, name="fake-model", **changes)  # type: ignore[arg-type]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_content_usage_and_the_exact_request(fake: FakeOpenAI) -> None:
+    fake.script(["hi there"])
+    settings = settings_for(fake, temperature=0.3, max_tokens=50)
+    response = chat(settings, HELLO)
+    assert response.content == "hi there"
+    assert response.tool_calls == ()
+    assert response.finish_reason == "stop"
+    assert response.model == "fake-model"
+    assert response.usage == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+    assert response.raw["id"] == "chatcmpl-fake-1"
+    [sent] = fake.requests
+    assert sent["method"] == "POST"
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["body"] == build_chat_payload(settings, HELLO)
+    assert sent["body"] == {
+        "model": "fake-model",
+        "messages": HELLO,
+        "temperature": 0.3,
+        "max_tokens": 50,
+        "stream": False,
+    }
+    assert "authorization" not in sent["headers"]
+    assert request_hash(sent["body"]) == request_hash(build_chat_payload(settings, HELLO))
+
+
+def test_seed_is_sent_only_when_set(fake: FakeOpenAI) -> None:
+    chat(settings_for(fake, seed=7), HELLO)
+    assert fake.requests[0]["body"]["seed"] == 7
+    assert "seed" not in build_chat_payload(settings_for(fake), HELLO)
+
+
+def test_tool_calls_and_tools(fake: FakeOpenAI) -> None:
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {}}}]
+    fake.script([{"tool_calls": [{"name": "read", "arguments": {"path": "a.py"}}]}])
+    response = chat(settings_for(fake), HELLO, tools=tools, tool_choice="auto")
+    assert response.finish_reason == "tool_calls"
+    assert response.content == ""
+    [call] = response.tool_calls
+    assert call["function"]["name"] == "read"
+    assert json.loads(call["function"]["arguments"]) == {"path": "a.py"}
+    body = fake.requests[0]["body"]
+    assert body["tools"] == tools
+    assert body["tool_choice"] == "auto"
+
+
+def test_unscripted_requests_get_a_deterministic_echo(fake: FakeOpenAI) -> None:
+    long = "x" * 100
+    first = chat(settings_for(fake), [{"role": "user", "content": long}])
+    second = chat(settings_for(fake), [{"role": "user", "content": long}])
+    assert first.content == second.content == "echo: " + "x" * 60
+
+
+def test_request_hash_is_canonical() -> None:
+    a = {"model": "m", "messages": [{"role": "user", "content": "é"}]}
+    b = {"messages": [{"content": "é", "role": "user"}], "model": "m"}
+    assert request_hash(a) == request_hash(b)
+    assert request_hash(a) != request_hash({**a, "model": "n"})
+    assert len(request_hash(a)) == 64
+
+
+def test_bearer_token_from_the_named_variable(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEST_MODEL_KEY", "sk-test-123")
+    chat(settings_for(fake, api_key_env="TEST_MODEL_KEY"), HELLO)
+    chat(settings_for(fake, api_key_env="TEST_MODEL_KEY"), HELLO, api_key="explicit")
+    first, second = fake.requests
+    assert first["headers"]["authorization"] == "Bearer sk-test-123"
+    assert second["headers"]["authorization"] == "Bearer explicit"
+
+
+def test_a_missing_key_variable_fails_before_sending(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TEST_MODEL_KEY", raising=False)
+    with pytest.raises(ModelError, match="TEST_MODEL_KEY"):
+        chat(settings_for(fake, api_key_env="TEST_MODEL_KEY"), HELLO)
+    assert fake.requests == []
+
+
+def test_server_error_status_with_body_excerpt(fake: FakeOpenAI) -> None:
+    fake.script([{"status": 500, "body": "boom " + "y" * 1000}])
+    with pytest.raises(ModelError) as info:
+        chat(settings_for(fake), HELLO)
+    message = info.value.message
+    assert "HTTP 500" in message
+    assert "boom" in message
+    assert len(message) < 500  # only the first 300 characters of the body
+    assert info.value.hint is not None
+
+
+def test_not_found_suggests_pulling_the_model(fake: FakeOpenAI) -> None:
+    fake.script([{"status": 404, "body": 'model "nope" not found'}])
+    with pytest.raises(ModelError) as info:
+        chat(settings_for(fake), HELLO)
+    assert "HTTP 404" in info.value.message
+    assert "ollama pull fake-model" in str(info.value.hint)
+
+
+def test_a_body_that_is_not_json_is_malformed(fake: FakeOpenAI) -> None:
+    fake.script([{"malformed": True}])
+    with pytest.raises(ModelError, match="malformed response"):
+        chat(settings_for(fake), HELLO)
+
+
+def test_json_without_choices_is_malformed(fake: FakeOpenAI) -> None:
+    fake.script([{"status": 200, "body": "overloaded"}])  # an error object with status 200
+    with pytest.raises(ModelError, match=r"malformed response.*overloaded"):
+        chat(settings_for(fake), HELLO)
+
+
+def test_an_unreachable_server_fails_quickly_with_advice() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    started = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        chat(ModelSettings(base_url=url), HELLO)
+    assert time.monotonic() - started < 2
+    text = str(info.value)
+    assert f"cannot reach the model server at {url}/chat/completions" in text
+    assert "connection refused" in text
+    assert "ollama serve" in text
+    assert "model.base_url" in text
+
+
+def test_a_slow_server_times_out(fake: FakeOpenAI) -> None:
+    fake.script([{"delay": 3, "content": "too late"}])
+    started = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        chat(settings_for(fake, timeout_seconds=0.5), HELLO)
+    assert 0.4 < time.monotonic() - started < 2
+    assert "no answer within 0.5 s" in info.value.message
+    assert len(fake.requests) == 1  # never retried behind the caller's back
+
+
+def test_an_invalid_base_url_is_a_model_error() -> None:
+    with pytest.raises(ModelError, match="invalid model server URL"):
+        chat(ModelSettings(base_url="localhost:11434/v1"), HELLO)
+
+
+def test_list_models(fake: FakeOpenAI) -> None:
+    assert list_models(settings_for(fake)) == ["fake-model"]
+    with FakeOpenAI(models=["a", "b"]) as other:
+        assert list_models(settings_for(other), timeout=1.0) == ["a", "b"]
+    assert fake.requests[0]["path"] == "/v1/models"
+
+
+def test_list_models_on_an_unreachable_server() -> None:
+    with pytest.raises(ModelError, match="cannot reach"):
+        list_models(ModelSettings(base_url=f"http://127.0.0.1:{free_port()}/v1"), timeout=1)
+
+
+def test_requests_are_logged_as_json_lines(tmp_path: Path) -> None:
+    log = tmp_path / "requests.jsonl"
+    with FakeOpenAI(log_path=log) as server:
+        chat(settings_for(server), HELLO)
+        list_models(settings_for(server))
+    assert [r["path"] for r in read_request_log(log)] == ["/v1/chat/completions", "/v1/models"]
+
+
+def test_importing_the_client_loads_no_http_machinery() -> None:
+    code = (
+        "import sys, acode.runtime.model_client\n"
+        "print(sorted(m for m in ('urllib.request', 'http.client') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_fake_runs_as_a_process_until_sigterm(tmp_path: Path) -> None:
+    log = tmp_path / "requests.jsonl"
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(["scripted"]), encoding="utf-8")
+    command = [sys.executable, "-m", "tests.support.fake_openai", "--port", "0"]
+    command += ["--log", str(log), "--models", "a,b", "--script", str(script)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline().split()
+        assert first[0] == "PORT"
+        settings = ModelSettings(base_url=f"http://127.0.0.1:{first[1]}/v1")
+        assert chat(settings, HELLO).content == "scripted"
+        assert list_models(settings) == ["a", "b"]
+        assert len(read_request_log(log)) == 2
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=5) == 0
+
+
+def test_a_proxy_in_the_environment_does_not_capture_a_local_server(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead_proxy = f"http://127.0.0.1:{free_port()}"
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, dead_proxy)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert chat(settings_for(fake), HELLO).content == "echo: Say hi"

@@ -519,9 +519,12 @@ def _python_problem(target: str) -> str | None:
 
 
 def _edit(c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str) -> _Extras:
-    old = _text(c, raw, path, "old", f"edit {owner}")
+    # Whitespace is worth editing (tabs to spaces), so only a truly empty `old` is refused.
+    old = _text(c, raw, path, "old", f"edit {owner}", empty_ok=True)
     new = _text(c, raw, path, "new", f"edit {owner}", empty_ok=True)
-    if old is not None and old == new:
+    if old == "":
+        c.add((*path, "old"), f"'old' of edit {owner} is empty; give the text to replace")
+    elif old is not None and old == new:
         c.add(
             (*path, "new"),
             f"'old' and 'new' of {owner} are the same; the edit would change nothing",

@@ -121,7 +121,10 @@ def _first_events(
     entries: list[tuple[EventType, dict[str, object]]] = [(EventType.SESSION_CREATED, created)]
     if plan is not None:
         entries.append(
-            (EventType.PLAN_RECORDED, {"plan": plan.to_dict(), "total_steps": len(plan.steps())})
+            (
+                EventType.PLAN_RECORDED,
+                {"plan": plan.to_dict(), "total_steps": len(plan.steps()), "v": 1},
+            )
         )
     entries.append(
         (

@@ -128,8 +128,13 @@ class _Index:
     def _mapping(self, node: yaml.MappingNode, path: tuple[object, ...]) -> None:
         first_line: dict[object, int] = {}
         for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
-                # A merge key or a complex key: the constructor handles (or refuses) it.
+            if key_node.tag == _MERGE_TAG:
+                # `<<: *base`: the constructor merges it into this mapping.
+                self.visit(value_node, path)
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                # A list or mapping as a key: the constructor refuses it, with its line.
+                self.visit(key_node, path)
                 self.visit(value_node, path)
                 continue
             key = self._scalar(key_node)

@@ -32,6 +32,7 @@ TIMEOUT_EXIT_CODE = 124  # what coreutils' timeout(1) returns: familiar to shell
 _GRACE_SECONDS = 2.0
 _DRAIN_SECONDS = 2.0
 _KILL_SETTLE_SECONDS = 1.0
+_SPAWN_SETTLE_SECONDS = 5.0
 _POLL_SECONDS = 0.01
 _READ_SIZE = 64 * 1024
 
@@ -136,21 +137,21 @@ def run_command(
     (KeyboardInterrupt, PauseRequested) terminates the group and is re-raised.
     """
     started = time.monotonic()
-    proc = _spawn(command, cwd, env)
+    spawner = _Spawner(command, cwd, env)
+    # Everything from the spawn on is inside the try: an interrupt at any instant finds the
+    # child through the spawner, even before `proc` is assigned.
     try:
+        spawner.start()
+        proc = spawner.result()
         assert proc.stdout is not None
         assert proc.stderr is not None
         out = _TailReader(proc.stdout, max_output)
         err = _TailReader(proc.stderr, max_output)
         timed_out = _wait(proc, timeout)
     except BaseException:
-        import sys
-        import traceback
-
-        print("RUN-INTERRUPT", proc.pid, file=sys.stderr)
-        traceback.print_exc()
-        terminate_group(proc, _GRACE_SECONDS)
-        print("RUN-INTERRUPT done", proc.returncode, file=sys.stderr)
+        child = spawner.settle()
+        if child is not None:
+            terminate_group(child, _GRACE_SECONDS)
         raise
     if not timed_out:
         # Background jobs still in the group would hold our pipes open and go on changing
@@ -168,64 +169,66 @@ def run_command(
     )
 
 
-def _spawn(command: str, cwd: Path, env: Mapping[str, str] | None) -> subprocess.Popen[bytes]:
-    """Start the command from a helper thread.
+class _Spawner:
+    """Starts the command from a helper thread.
 
     Python runs signal handlers only in the main thread: a Ctrl+C arriving while Popen is
     between its fork and its return would otherwise leave a child no one knows to kill.
+    Whatever the main thread is doing when interrupted, :meth:`settle` finds the child.
     """
-    outcome: list[subprocess.Popen[bytes] | Exception] = []
-    done = threading.Event()
-    spawner = threading.Thread(
-        target=_spawn_into, args=(outcome, done, command, cwd, env), name="acode-spawn"
-    )
-    spawner.start()
-    # An Event, not Thread.join: an interrupted join can mark a running thread as finished
-    # (CPython 3.11), and the second wait below would then not wait.
-    try:
-        done.wait()
-    except BaseException:
-        done.wait()  # milliseconds: then the child it made can be terminated
-        import sys
 
-        print("SPAWN-INTERRUPT", outcome, file=sys.stderr)
-        if isinstance(outcome[0], subprocess.Popen):
-            terminate_group(outcome[0], _GRACE_SECONDS)
-        raise
-    result = outcome[0]
-    if isinstance(result, OSError | ValueError):
-        raise StepFailedError(
-            f"cannot start command {command!r} in {cwd}: {result}",
-            hint="check that the workspace directory exists and /bin/sh is available",
-        ) from result
-    if isinstance(result, Exception):
-        raise result
-    return result
+    def __init__(self, command: str, cwd: Path, env: Mapping[str, str] | None) -> None:
+        self._command = command
+        self._cwd = cwd
+        self._env = dict(env) if env is not None else None
+        self._outcome: list[subprocess.Popen[bytes] | Exception] = []
+        # An Event, not Thread.join: an interrupted join can mark a running thread as
+        # finished (CPython 3.11), and a second join would then not wait.
+        self._done = threading.Event()
 
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="acode-spawn").start()
 
-def _spawn_into(
-    outcome: list[subprocess.Popen[bytes] | Exception],
-    done: threading.Event,
-    command: str,
-    cwd: Path,
-    env: Mapping[str, str] | None,
-) -> None:
-    try:
-        outcome.append(
-            subprocess.Popen(
-                ["/bin/sh", "-c", command],
-                cwd=cwd,
-                env=dict(env) if env is not None else None,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
+    def _run(self) -> None:
+        try:
+            self._outcome.append(
+                subprocess.Popen(
+                    ["/bin/sh", "-c", self._command],
+                    cwd=self._cwd,
+                    env=self._env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
             )
-        )
-    except Exception as exc:  # handed to the caller's thread, which raises it
-        outcome.append(exc)
-    finally:
-        done.set()
+        except Exception as exc:  # handed to the main thread, which raises it
+            self._outcome.append(exc)
+        finally:
+            self._done.set()
+
+    def result(self) -> subprocess.Popen[bytes]:
+        self._done.wait()
+        outcome = self._outcome[0]
+        if isinstance(outcome, OSError | ValueError):
+            raise StepFailedError(
+                f"cannot start command {self._command!r} in {self._cwd}: {outcome}",
+                hint="check that the workspace directory exists and /bin/sh is available",
+            ) from outcome
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def settle(self) -> subprocess.Popen[bytes] | None:
+        """The child, once the spawn has finished; None if none was made.
+
+        Bounded: if the interrupt landed inside Thread.start before the thread existed,
+        nothing will ever be spawned and there is nothing to wait for.
+        """
+        if not self._done.wait(_SPAWN_SETTLE_SECONDS) or not self._outcome:
+            return None
+        outcome = self._outcome[0]
+        return outcome if isinstance(outcome, subprocess.Popen) else None
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:

@@ -97,7 +97,6 @@ class Session:
         self._recorded_until = summary.next_position
         self._position = 0
         self._seen_ids: set[str] = set()
-        self._ids_loaded = False
         self._history: list[dict[str, Any]] | None = None
         self._closed = False
 
@@ -346,21 +345,9 @@ class Session:
             )
         position = self._position
         store, sid = self._journal.store, self._journal.row.sid
-        record = None
-        if position < self._recorded_until:
-            record = store.step_at(sid, position)
-        elif self._recorded_until and not self._ids_loaded:
-            # A new step of a resumed session: its id must not repeat a recorded one,
-            # including ids of positions the code did not replay this time.
-            self._seen_ids |= store.step_ids(sid)
-            self._ids_loaded = True
-            if step_id in self._seen_ids:
-                raise NonDeterminismError(
-                    f"step {step_id!r} was already recorded in session {self.short_id}, "
-                    f"but is now called at position {position}",
-                    hint="the code or plan runs its steps in a different order than the "
-                    "recorded session; restore the original order, or start a new session",
-                )
+        # Calls take positions in order, so by the time a call reaches a position past
+        # the recorded ones, every recorded id has been claimed again in _seen_ids.
+        record = store.step_at(sid, position) if position < self._recorded_until else None
         if record is not None and (
             record.step_id != step_id
             or record.kind != kind.value
@@ -577,6 +564,8 @@ class Session:
         """Leaving the block normally completes the session. A pause records PAUSED; a
         failed step records FAILED; any other exception leaves the session as it was,
         resumable, exactly as a crash would."""
+        if self._closed:
+            return
         try:
             if exc_type is None:
                 self.complete()

@@ -68,7 +68,6 @@ UPSERT_STEP = (
 )
 _STEP_COLUMNS = "position, step_id, kind, status, attempt, task_id, input_hash, event_seq"
 SELECT_STEP_AT = f"SELECT {_STEP_COLUMNS} FROM steps WHERE sid = ? AND position = ?"
-SELECT_STEP_IDS = "SELECT step_id FROM steps WHERE sid = ?"
 SELECT_STEPS = f"SELECT {_STEP_COLUMNS} FROM steps WHERE sid = ? ORDER BY position"
 COUNT_STEPS_BY_STATUS = "SELECT status, count(*) FROM steps WHERE sid = ? GROUP BY status"
 UPSERT_CHECKPOINT = (
@@ -271,9 +270,6 @@ class SqliteStore:
     def step_at(self, sid: int, position: int) -> StepRecord | None:
         row = self.conn.execute(SELECT_STEP_AT, (sid, position)).fetchone()
         return _step(row) if row else None
-
-    def step_ids(self, sid: int) -> set[str]:
-        return {str(r[0]) for r in self.conn.execute(SELECT_STEP_IDS, (sid,))}
 
     def steps(self, sid: int) -> list[StepRecord]:
         return [_step(r) for r in self.conn.execute(SELECT_STEPS, (sid,))]

@@ -224,7 +224,7 @@ REFUSALS = [
     pytest.param(
         steps("- {id: e, edit: a.txt, old: '', new: y}"),
         6,
-        "'old' of edit step 'e' is empty",
+        "'old' of edit step 'e' is empty; give the text to replace",
         id="edit-empty-old",
     ),
     pytest.param(

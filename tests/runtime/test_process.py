@@ -93,8 +93,9 @@ def test_keeps_last_bytes_when_truncated(tmp_path: Path) -> None:
 
 def test_truncation_never_starts_mid_character(tmp_path: Path) -> None:
     # 'é' is two bytes: a cut at an odd offset lands inside one.
-    result = run_command("for i in $(seq 100); do printf 'é'; done", cwd=tmp_path, timeout=10,
-                         max_output=5)
+    result = run_command(
+        "for i in $(seq 100); do printf 'é'; done", cwd=tmp_path, timeout=10, max_output=5
+    )
     assert result.truncated
     assert result.stdout == "éé"
 
@@ -114,9 +115,7 @@ def test_big_output_on_both_streams_does_not_deadlock(tmp_path: Path) -> None:
 def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     pid_file = tmp_path / "bg.pid"
     started = time.monotonic()
-    result = run_command(
-        f"sleep 30 & echo $! > {pid_file}; sleep 30", cwd=tmp_path, timeout=0.3
-    )
+    result = run_command(f"sleep 30 & echo $! > {pid_file}; sleep 30", cwd=tmp_path, timeout=0.3)
     assert result.timed_out
     assert result.exit_code == 124
     assert time.monotonic() - started < 5

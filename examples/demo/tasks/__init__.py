@@ -1,0 +1,1 @@
+"""Python steps of the demo plan (`python: tasks.checks:inventory`)."""

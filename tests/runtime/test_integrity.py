@@ -1,0 +1,116 @@
+"""Tampering with the database is detected: edited, inserted or removed events, forged
+checkpoints, and a damaged latest checkpoint (which falls back to the previous one)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import acode
+from acode.errors import CheckpointError, ErrorCode
+from acode.runtime.clock import SystemClock
+from acode.runtime.journal import Journal, verify_history
+from acode.runtime.workspace import StatePaths
+from acode.security.signing import load_signer
+from acode.store.sqlite_store import open_store
+
+
+def _paused_session(ws: Path, steps: int = 3) -> str:
+    s = acode.open_session("t", workspace=ws)
+    for i in range(steps):
+        s.step(f"s{i}", lambda ctx: {"i": ctx.position})
+    s.pause("test")
+    s.close()
+    return s.id
+
+
+def _raw(ws: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(StatePaths(ws).db, isolation_level=None)
+    conn.execute("DROP TRIGGER IF EXISTS events_are_append_only_update")
+    conn.execute("DROP TRIGGER IF EXISTS events_are_append_only_delete")
+    return conn
+
+
+def test_an_untouched_session_verifies(workspace: Path) -> None:
+    sid = _paused_session(workspace)
+    store = open_store(StatePaths(workspace).db)
+    summary = verify_history(store, store.session(sid))
+    journal = Journal.load(store, store.session(sid), SystemClock(), load_signer())
+    assert summary == journal.summary
+    store.close()
+
+
+def test_an_edited_event_after_the_checkpoint_is_refused(workspace: Path) -> None:
+    sid = _paused_session(workspace)
+    with _raw(workspace) as conn:
+        last = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+        conn.execute(
+            "UPDATE events SET payload = replace(payload, 'test', 'edit') WHERE seq = ?", (last,)
+        )
+        # Append a forged event after the checkpoint too.
+        conn.execute(
+            "INSERT INTO events SELECT sid, seq + 1, event_id, ts, type, payload, hash FROM events"
+            " WHERE seq = ?",
+            (last,),
+        )
+    with pytest.raises(CheckpointError) as info:
+        acode.resume_session(sid, workspace=workspace)
+    assert info.value.code in (ErrorCode.CHAIN_BROKEN, ErrorCode.CHECKPOINT_INVALID)
+
+
+def test_an_edited_old_event_is_found_by_full_verification(workspace: Path) -> None:
+    sid = _paused_session(workspace)
+    with _raw(workspace) as conn:
+        seq = conn.execute("SELECT min(seq) FROM events WHERE type = 'step_completed'").fetchone()[0]
+        conn.execute(
+            "UPDATE events SET payload = replace(payload, '\"i\":0', '\"i\":9') WHERE seq = ?",
+            (seq,),
+        )
+        assert conn.total_changes == 1
+    store = open_store(StatePaths(workspace).db)
+    with pytest.raises(CheckpointError, match=f"event {seq} ") as info:
+        verify_history(store, store.session(sid))
+    assert info.value.code is ErrorCode.CHAIN_BROKEN
+    store.close()
+
+
+def test_a_forged_checkpoint_signature_is_refused(workspace: Path) -> None:
+    sid = _paused_session(workspace)
+    with _raw(workspace) as conn:
+        conn.execute("UPDATE checkpoints SET signature = 'forged'")
+    with pytest.raises(CheckpointError, match="signature does not match") as info:
+        acode.resume_session(sid, workspace=workspace)
+    assert info.value.code is ErrorCode.CHECKPOINT_INVALID
+
+
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(workspace: Path) -> None:
+    sid = _paused_session(workspace)
+    with _raw(workspace) as conn:
+        conn.execute(
+            "UPDATE checkpoints SET signature = 'damaged' WHERE id = (SELECT max(id) FROM checkpoints)"
+        )
+    with acode.resume_session(sid, workspace=workspace) as r:
+        assert r.steps_completed == 3
+        for i in range(3):
+            r.step(f"s{i}", lambda ctx: {"i": -1})  # replayed from the record, not run
+
+
+def test_a_key_other_than_the_users_cannot_verify(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = _paused_session(workspace)
+    monkeypatch.setenv("ACODE_CHECKPOINT_SECRET", "someone-else-entirely")
+    with pytest.raises(CheckpointError):
+        acode.resume_session(sid, workspace=workspace)
+
+
+def test_the_key_file_is_private(workspace: Path) -> None:
+    from acode.security.signing import key_path
+
+    _paused_session(workspace)
+    assert key_path().stat().st_mode & 0o777 == 0o600
+    key_path().chmod(0o644)
+    with pytest.raises(CheckpointError, match="readable by others"):
+        load_signer()

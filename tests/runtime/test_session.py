@@ -1,0 +1,394 @@
+"""The Session engine through the public library API: once-only steps, replay,
+non-determinism, failures, approvals, pauses and the kind-specific recovery."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import acode
+from acode.domain.reducer import StepStatus
+from acode.domain.states import SessionState
+from acode.errors import (
+    ApprovalPending,
+    NonDeterminismError,
+    PauseRequested,
+    SessionLockedError,
+    StepFailedError,
+    UsageError,
+)
+from acode.runtime.observer import ApprovalRequest
+from acode.runtime.workspace import StatePaths
+from acode.store.sqlite_store import open_store
+
+
+def _store(ws: Path):
+    return open_store(StatePaths(ws).db)
+
+
+def _state(ws: Path, session_id: str) -> str:
+    store = _store(ws)
+    try:
+        return store.session(session_id).state
+    finally:
+        store.close()
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, ctx: acode.StepContext) -> dict[str, Any]:
+        self.calls.append(ctx.step_id)
+        return {"step": ctx.step_id, "key": ctx.idempotency_key, "pair": (1, 2)}
+
+
+def test_completed_steps_return_their_recorded_results_without_running(workspace: Path) -> None:
+    counter = Counter()
+    s = acode.open_session("t", workspace=workspace)
+    first = s.step("a", counter)
+    s.step("b", counter)
+    s.close()  # as if the process died here: state stays EXECUTING
+    assert _state(workspace, s.id) == "EXECUTING"
+    assert first == {"step": "a", "key": f"acode:v1:{s.id}:a:1", "pair": [1, 2]}
+
+    again = Counter()
+    with acode.resume_session(s.id, workspace=workspace) as r:
+        assert r.step("a", again) == first
+        r.step("b", again)
+        r.step("c", again)
+    assert counter.calls == ["a", "b"]
+    assert again.calls == ["c"]
+    assert _state(workspace, s.id) == "COMPLETED"
+
+
+def test_a_different_step_at_a_recorded_position_is_non_determinism(workspace: Path) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    s.step("a", lambda ctx: 1, input={"n": 1})
+    s.close()
+    for call in (
+        lambda r: r.step("other", lambda ctx: 1, input={"n": 1}),  # id differs
+        lambda r: r.read("a", "x.txt"),  # kind differs
+        lambda r: r.step("a", lambda ctx: 1, input={"n": 2}),  # input differs
+    ):
+        r = acode.resume_session(s.id, workspace=workspace)
+        with pytest.raises(NonDeterminismError, match="position 0"):
+            call(r)
+        r.close()
+    assert _state(workspace, s.id) == "EXECUTING"  # still resumable
+
+
+def test_a_step_id_used_twice_is_refused(workspace: Path) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    s.step("a", lambda ctx: 1)
+    with pytest.raises(NonDeterminismError, match="used twice"):
+        s.step("a", lambda ctx: 2)
+    s.close()
+
+
+def test_a_recorded_id_reused_by_a_new_step_after_resume_is_refused(workspace: Path) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    s.step("a", lambda ctx: 1)
+    s.step("b", lambda ctx: 1)
+    s.close()
+    r = acode.resume_session(s.id, workspace=workspace)
+    r.step("a", lambda ctx: 1)
+    r.step("b", lambda ctx: 1)
+    with pytest.raises(NonDeterminismError, match="used twice"):
+        r.step("a", lambda ctx: 1)
+    r.close()
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "a b", "x" * 65, "-lead"])
+def test_invalid_step_ids_are_usage_errors(workspace: Path, bad: str) -> None:
+    with acode.open_session("t", workspace=workspace) as s, pytest.raises(UsageError):
+        s.step(bad, lambda ctx: 1)
+
+
+def test_results_must_be_json(workspace: Path) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(StepFailedError, match="cannot be recorded as JSON"):
+        s.step("a", lambda ctx: object())
+    s.close()
+
+
+def test_a_failing_step_fails_the_session_and_is_recorded(workspace: Path) -> None:
+    def boom(ctx: acode.StepContext) -> None:
+        raise ValueError("no good")
+
+    with pytest.raises(StepFailedError, match="ValueError: no good"):
+        with acode.open_session("t", workspace=workspace) as s:
+            s.step("a", boom)
+    assert _state(workspace, s.id) == "FAILED"
+    store = _store(workspace)
+    try:
+        steps = store.steps(store.session(s.id).sid)
+    finally:
+        store.close()
+    assert [(x.step_id, x.status) for x in steps] == [("a", StepStatus.FAILED)]
+
+
+def test_an_exception_outside_steps_leaves_the_session_resumable(workspace: Path) -> None:
+    with pytest.raises(RuntimeError), acode.open_session("t", workspace=workspace) as s:
+        s.step("a", lambda ctx: 1)
+        raise RuntimeError("bug in the agent")
+    assert _state(workspace, s.id) == "EXECUTING"
+    with acode.resume_session(s.id, workspace=workspace) as r:
+        r.step("a", lambda ctx: 1)
+    assert _state(workspace, s.id) == "COMPLETED"
+
+
+def test_a_pause_records_paused_and_resume_returns_to_executing(workspace: Path) -> None:
+    with pytest.raises(PauseRequested), acode.open_session("t", workspace=workspace) as s:
+        s.step("a", lambda ctx: 1)
+        raise PauseRequested
+    assert _state(workspace, s.id) == "PAUSED"
+    with acode.resume_session(workspace=workspace) as r:
+        assert r.id == s.id
+        assert r.state is SessionState.EXECUTING
+
+
+def test_the_lock_is_held_while_open_and_released_on_close(workspace: Path) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(SessionLockedError) as info:
+        acode.resume_session(s.id, workspace=workspace)
+    assert info.value.exit_code == 16
+    assert "pid" in info.value.message
+    s.close()
+    acode.resume_session(s.id, workspace=workspace).close()
+
+
+def test_terminal_sessions_are_refused(workspace: Path) -> None:
+    with acode.open_session("t", workspace=workspace) as s:
+        s.step("a", lambda ctx: 1)
+    with pytest.raises(acode.AcodeError) as info:
+        acode.resume_session(s.id, workspace=workspace)
+    assert info.value.exit_code == 15
+
+
+# -- files -------------------------------------------------------------------------
+
+
+def test_read_write_edit(workspace: Path) -> None:
+    with acode.open_session("t", workspace=workspace) as s:
+        s.write("w", "src/a.py", "def f(x):\n    return x\n")
+        assert s.read("r", "src/a.py") == "def f(x):\n    return x\n"
+        s.edit("e", "src/a.py", "def f(x):", "def f(x: int):")
+    assert (workspace / "src/a.py").read_text() == "def f(x: int):\n    return x\n"
+
+
+@pytest.mark.parametrize(
+    ("old", "message"), [("missing", "was not found"), ("x", "appears 3 times")]
+)
+def test_edit_needs_exactly_one_match(workspace: Path, old: str, message: str) -> None:
+    (workspace / "a.txt").write_text("x x x\n")
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(StepFailedError, match=message):
+        s.edit("e", "a.txt", old, "y")
+    s.close()
+    assert (workspace / "a.txt").read_text() == "x x x\n"
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../outside.txt", ".agent/state/acode.db"])
+def test_paths_outside_the_workspace_are_refused(workspace: Path, path: str) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(acode.AcodeError):
+        s.write("w", path, "x")
+    s.close()
+    assert not (workspace.parent / "outside.txt").exists()
+
+
+def _interrupted_write(workspace: Path, content: str) -> str:
+    """A session whose write step was recorded as started, then the process 'died'."""
+    s = acode.open_session("t", workspace=workspace)
+    s.write("w1", "f.txt", "one\n")
+    # Record the start of the next write without performing it, like a kill right
+    # after StepStarted was committed.
+    from acode.runtime.steps.file_steps import WriteStep
+
+    action = WriteStep("f.txt", content.encode())
+    original = WriteStep.execute
+
+    def die(self: WriteStep, env: Any, prepared: Any) -> Any:
+        raise KeyboardInterrupt
+
+    WriteStep.execute = die  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            s._perform(action, "w2", None, None)
+    finally:
+        WriteStep.execute = original  # type: ignore[method-assign]
+    s.close()
+    return s.id
+
+
+def test_an_interrupted_write_already_applied_is_marked_complete(workspace: Path) -> None:
+    sid = _interrupted_write(workspace, "two\n")
+    (workspace / "f.txt").write_text("two\n")  # the write landed before the kill
+    with acode.resume_session(sid, workspace=workspace) as r:
+        r.write("w1", "f.txt", "one\n")
+        r.write("w2", "f.txt", "two\n")
+    store = _store(workspace)
+    try:
+        row = store.session(sid)
+        events = [e.type.value for e in store.events(row)]
+    finally:
+        store.close()
+    assert events.count("step_completed") == 2
+    assert "step_rolled_back" not in events
+
+
+def test_an_interrupted_write_on_a_changed_file_is_rolled_back_then_redone(
+    workspace: Path,
+) -> None:
+    sid = _interrupted_write(workspace, "two\n")
+    (workspace / "f.txt").write_text("half-written garbage")
+    with acode.resume_session(sid, workspace=workspace) as r:
+        r.write("w1", "f.txt", "one\n")
+        r.write("w2", "f.txt", "two\n")
+    assert (workspace / "f.txt").read_text() == "two\n"
+    store = _store(workspace)
+    try:
+        row = store.session(sid)
+        rolled = [e for e in store.events(row) if e.type.value == "step_rolled_back"]
+        steps = store.steps(row.sid)
+    finally:
+        store.close()
+    assert len(rolled) == 1
+    assert rolled[0].payload["restored"] == ["f.txt"]
+    assert steps[1].attempt == 2
+
+
+# -- run ---------------------------------------------------------------------------
+
+
+def test_run_captures_output_and_fails_on_nonzero_exit(workspace: Path) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    result = s.run("ok", "echo out; echo err >&2", idempotent=True)
+    assert isinstance(result, acode.CommandResult)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "out\n", "err\n")
+    with pytest.raises(StepFailedError, match="exited with status 3"):
+        s.run("bad", "exit 3")
+    s.close()
+
+
+def test_run_sees_its_idempotency_key(workspace: Path) -> None:
+    with acode.open_session("t", workspace=workspace) as s:
+        result = s.run("k", 'echo "$ACODE_IDEMPOTENCY_KEY"', idempotent=True)
+        assert isinstance(result, acode.CommandResult)
+        assert result.stdout.strip() == f"acode:v1:{s.id}:k:1"
+
+
+def test_run_times_out(workspace: Path) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(StepFailedError, match="timed out"):
+        s.run("slow", "sleep 5", timeout=0.3)
+    s.close()
+
+
+# -- commit ------------------------------------------------------------------------
+
+
+def _git(ws: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ws, check=True, capture_output=True, text=True).stdout
+
+
+def test_commit_carries_the_trailer_and_is_never_made_twice(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acode.runtime.steps import commit_step
+
+    _git(workspace, "init", "-q")
+    (workspace / "a.txt").write_text("a\n")
+    real_commit = commit_step.commit_all
+
+    def commit_then_die(*args: Any, **kwargs: Any) -> str:
+        real_commit(*args, **kwargs)
+        raise KeyboardInterrupt  # killed after git committed, before acode recorded it
+
+    monkeypatch.setattr(commit_step, "commit_all", commit_then_die)
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(KeyboardInterrupt):
+        s.commit("c1", "Add a")
+    s.close()
+    monkeypatch.setattr(commit_step, "commit_all", real_commit)
+    assert f"Acode-Step: acode:v1:{s.id}:c1:1" in _git(workspace, "log", "-1", "--format=%B")
+
+    with acode.resume_session(s.id, workspace=workspace) as r:
+        sha = r.commit("c1", "Add a")
+    assert _git(workspace, "rev-list", "--count", "HEAD").strip() == "1"
+    assert sha == _git(workspace, "rev-parse", "HEAD").strip()
+    assert ".agent" not in _git(workspace, "show", "--name-only", "--format=", sha)
+
+
+def test_commit_outside_git_fails_clearly(workspace: Path) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(StepFailedError, match="not a git work tree"):
+        s.commit("c", "msg")
+    s.close()
+
+
+# -- approvals ---------------------------------------------------------------------
+
+
+def test_an_approval_with_no_one_to_ask_waits_and_is_recorded(workspace: Path) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(ApprovalPending):
+        s.approve("ok", "Ship it?")
+    s.close()
+    assert _state(workspace, s.id) == "AWAITING_APPROVAL"
+
+    asked: list[ApprovalRequest] = []
+
+    def yes(request: ApprovalRequest) -> bool:
+        asked.append(request)
+        return True
+
+    with acode.resume_session(s.id, workspace=workspace, approver=yes) as r:
+        assert r.approve("ok", "Ship it?") is True
+    assert [a.question for a in asked] == ["Ship it?"]
+    # A recorded decision stands: replaying never asks again.
+    s2 = acode.open_session("again", workspace=workspace, approver=yes)
+    s2.approve("ok", "Ship it?")
+    s2.close()
+    with acode.resume_session(s2.id, workspace=workspace, approver=None) as r:
+        assert r.approve("ok", "Ship it?") is True
+    assert len(asked) == 2
+
+
+def test_a_forged_approval_is_refused(workspace: Path) -> None:
+    from acode.runtime.decide import decide_approval
+
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(ApprovalPending):
+        s.approve("ok", "Deploy?")
+    s.close()
+    # Someone edits the database: decide with a different key than the user's.
+    import os
+
+    os.environ["ACODE_CHECKPOINT_SECRET"] = "attacker-key-0123456789"
+    try:
+        with pytest.raises(acode.AcodeError):
+            decide_approval(s.id, workspace, approved=True)
+    finally:
+        del os.environ["ACODE_CHECKPOINT_SECRET"]
+    assert _state(workspace, s.id) == "AWAITING_APPROVAL"
+
+
+def test_an_approval_of_something_else_does_not_count(workspace: Path) -> None:
+    from acode.runtime.decide import decide_approval
+
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(ApprovalPending):
+        s.approve("ok", "Run this?", subject={"command": "make deploy"})
+    s.close()
+    decide_approval(s.id, workspace, approved=True)
+    r = acode.resume_session(s.id, workspace=workspace)
+    with pytest.raises(ApprovalPending):  # the gated command changed: ask again
+        r.approve("ok", "Run this?", subject={"command": "rm -rf /"})
+    r.close()
+    with acode.resume_session(s.id, workspace=workspace) as r:
+        assert r.approve("ok", "Run this?", subject={"command": "make deploy"}) is True

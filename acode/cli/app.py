@@ -65,9 +65,15 @@ def run(
     ws = _workspace(workspace)
     plan = load_plan(plan_file)
     total = len(plan.steps())
+    observer = choose_observer(as_json)
     with Interrupts().installed() as interrupts:
         session = open_session(
-            plan.title, ws, plan=plan, approver=terminal_approver, interrupts=interrupts
+            plan.title,
+            ws,
+            plan=plan,
+            observer=observer,
+            approver=terminal_approver(observer),
+            interrupts=interrupts,
         )
         _announce(
             as_json,
@@ -75,7 +81,6 @@ def run(
             f"Session {session.short_id} started: {plan.title} "
             f"({len(plan.tasks)} tasks, {total} steps)",
         )
-        session.observer = choose_observer(as_json, total)
         code = drive_plan(session, plan, as_json=as_json)
     raise typer.Exit(code)
 
@@ -135,18 +140,19 @@ def resume(
         previews.append(preview)
         print_preview(preview, dry_run=False, as_json=as_json)
 
+    observer = choose_observer(as_json)
     with Interrupts().installed() as interrupts:
         session = resume_session(
             session_id,
             ws,
-            approver=terminal_approver,
+            observer=observer,
+            approver=terminal_approver(observer),
             interrupts=interrupts,
             strategy=chosen,
             on_preview=shown,
         )
         plan = previews[0].plan
         assert plan is not None
-        session.observer = choose_observer(as_json, len(plan.steps()))
         code = drive_plan(session, plan, as_json=as_json)
     raise typer.Exit(code)
 

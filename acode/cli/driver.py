@@ -6,33 +6,40 @@ from __future__ import annotations
 import sys
 
 from acode.cli.console import emit_json, err_console, out_console
-from acode.cli.progress import RichObserver
+from acode.cli.progress import RichObserver, quiet_screen
 from acode.domain.plan import Plan
 from acode.domain.states import SessionState
 from acode.errors import (
     EXIT_APPROVAL_PENDING,
     EXIT_INTERRUPTED,
     ApprovalPending,
+    ModelError,
     PauseRequested,
     StepFailedError,
 )
-from acode.runtime.observer import ApprovalRequest
+from acode.runtime.observer import ApprovalRequest, Approver, Observer
 from acode.runtime.plan_runner import run_plan
 from acode.runtime.session import Session
 
 __all__ = ["drive_plan", "terminal_approver"]
 
 
-def terminal_approver(request: ApprovalRequest) -> bool | None:
-    """Ask on the terminal; None when there is no terminal to ask on."""
-    if not sys.stdin.isatty():
-        return None
-    from rich.prompt import Confirm
+def terminal_approver(observer: Observer) -> Approver:
+    """Asks on the terminal, with the progress display out of the way; answers None
+    when there is no terminal to ask on."""
 
-    return Confirm.ask(
-        f"[bold yellow]Approval needed[/] ({request.step_id}): {request.question}",
-        console=err_console(),
-    )
+    def ask(request: ApprovalRequest) -> bool | None:
+        if not sys.stdin.isatty():
+            return None
+        from rich.prompt import Confirm
+
+        with quiet_screen(observer):
+            return Confirm.ask(
+                f"[bold yellow]Approval needed[/] ({request.step_id}): {request.question}",
+                console=err_console(),
+            )
+
+    return ask
 
 
 def drive_plan(session: Session, plan: Plan, *, as_json: bool) -> int:
@@ -69,6 +76,15 @@ def _drive(session: Session, plan: Plan, as_json: bool) -> int:
             f"Session {short} is waiting for approval of step {pending.step_id!r}: "
             f"{pending.question}\n  approve: acode approve {short}   deny: acode approve "
             f"{short} --deny\n  then:    acode resume {short}",
+        )
+    except ModelError as unavailable:
+        session.pause(f"model unavailable: {unavailable.message}")
+        return _report(
+            session,
+            as_json,
+            1,
+            f"Paused session {short}: {unavailable}\n"
+            f"Resume with: acode resume {short} (the unanswered request is sent again)",
         )
     except StepFailedError as failure:
         session.fail(failure.message)

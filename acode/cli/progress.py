@@ -3,6 +3,8 @@ step otherwise, JSON lines with --json."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from acode.cli.console import emit_json, out_console
@@ -11,7 +13,7 @@ from acode.runtime.observer import Observer, StepNotice, StepPhase
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-__all__ = ["JsonObserver", "PlainObserver", "RichObserver", "choose_observer"]
+__all__ = ["JsonObserver", "PlainObserver", "RichObserver", "choose_observer", "quiet_screen"]
 
 _MARKS = {
     StepPhase.DONE: ("✓", "green"),
@@ -72,7 +74,7 @@ class RichObserver:
     """Finished steps scroll above a live bar with counters, the current step and the
     elapsed time."""
 
-    def __init__(self, total: int | None) -> None:
+    def __init__(self) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -91,11 +93,16 @@ class RichObserver:
             console=out_console(),
             transient=True,
         )
-        self._task: TaskID = self._progress.add_task("starting", total=total)
-        self._progress.start()
+        self._task: TaskID = self._progress.add_task("starting", total=None)
+        self._live = False
 
     def on_step(self, notice: StepNotice) -> None:
         p = self._progress
+        if not self._live:
+            # Drawn from the first step on, so nothing shows if opening the session fails.
+            p.update(self._task, total=notice.total)
+            p.start()
+            self._live = True
         if notice.phase is StepPhase.STARTED:
             p.update(self._task, description=f"{notice.step_id}: {notice.title}"[:60])
             return
@@ -106,7 +113,21 @@ class RichObserver:
             p.advance(self._task)
 
     def stop(self) -> None:
-        self._progress.stop()
+        if self._live:
+            self._progress.stop()
+            self._live = False
+
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Take the live display off the screen while a question is asked."""
+        was_live = self._live
+        self.stop()
+        try:
+            yield
+        finally:
+            if was_live:
+                self._progress.start()
+                self._live = True
 
 
 def _escape(text: str) -> str:
@@ -115,9 +136,14 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-def choose_observer(as_json: bool, total: int | None) -> Observer:
+def choose_observer(as_json: bool) -> Observer:
     if as_json:
         return JsonObserver()
     if out_console().is_terminal:
-        return RichObserver(total)
+        return RichObserver()
     return PlainObserver()
+
+
+def quiet_screen(observer: Observer) -> AbstractContextManager[None]:
+    """A context in which the terminal is free for a prompt."""
+    return observer.suspended() if isinstance(observer, RichObserver) else nullcontext()

@@ -96,6 +96,9 @@ def find_commit_with_trailer(workspace: Path, key: str, value_prefix: str) -> st
         workspace,
         [
             "log",
+            # A user's log.showSignature or color.ui=always would mix text into the format.
+            "--no-show-signature",
+            "--no-color",
             "--fixed-strings",
             f"--grep={key}: {value_prefix}",
             "--format=%H%x00%B%x00",

@@ -25,6 +25,7 @@ from acode.domain.reducer import StepRecord, StepStatus
 from acode.domain.states import SessionState, can_transition, is_terminal
 from acode.errors import (
     ApprovalPending,
+    ModelError,
     NonDeterminismError,
     PauseRequested,
     StepFailedError,
@@ -312,7 +313,9 @@ class Session:
         try:
             with self.interrupts.interruptible():
                 outcome = action.execute(env, prepared)
-        except (PauseRequested, KeyboardInterrupt):
+        except (PauseRequested, KeyboardInterrupt, ModelError):
+            # An unavailable model is not the step's fault: the step stays unfinished and
+            # the session resumable, and resume sends the request again.
             raise
         except StepFailedError as exc:
             self._fail(env, input_hash, exc)

@@ -197,3 +197,13 @@ def test_invalid_trailers_are_refused(repo: Path, key: str, value: str) -> None:
     with pytest.raises(UsageError, match="trailer"):
         commit_all(repo, "x", {key: value})
     assert _git(repo, "rev-list", "--all").strip() == ""
+
+
+def test_workspace_in_a_subdirectory_commits_only_itself(repo: Path) -> None:
+    workspace = repo / "project"
+    workspace.mkdir()
+    (workspace / "mine.txt").write_text("m")
+    (repo / "unrelated.txt").write_text("u")
+    commit_all(workspace, "workspace only", {"Acode-Step": "k"})
+    assert _git(repo, "ls-files").split() == ["project/mine.txt"]
+    assert find_commit_with_trailer(workspace, "Acode-Step", "k") is not None

@@ -1,3 +1,5 @@
+# The demo needs nothing beyond the standard library, so its tests use unittest's own style.
+# ruff: noqa: PT009, PT027
 import unittest
 
 from src.login import login

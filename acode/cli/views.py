@@ -218,9 +218,14 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
             f"Resuming session {short}: {preview.row.title}",
             f"  Loaded state: {s.state.value} at {_where(preview)}",
         ]
-        if c is not None:
-            for task in c.skipped_tasks:
-                lines.append(f"  Skipping: Task {task} (complete)")
+        if c is not None and preview.plan is not None:
+            for number, task in enumerate(preview.plan.tasks, start=1):
+                if task.id in c.skipped_tasks:
+                    lines.append(f"  Skipping: Task {number}: {task.title} (complete)")
+            if c.resume_step_number and c.resume_step_number > 1:
+                last = c.resume_step_number - 1
+                steps = "Step 1" if last == 1 else f"Steps 1-{last}"
+                lines.append(f"  Skipping: Task {c.resume_task_number}, {steps} (complete)")
             if c.in_progress:
                 lines.append(f"  In progress: {c.in_progress} -> {c.in_progress_action}")
         lines.append(f"  Starting from: {_where(preview)} ({remaining} steps remaining)")

@@ -248,9 +248,10 @@ class Session:
         entries += self._to(SessionState.EXECUTING, "approval decided")
         entries.append((EventType.STEP_COMPLETED, {**base, "result": result}))
         self._journal.write(entries, steps=[self._record(base, StepStatus.COMPLETED)])
-        self.observer.on_step(
-            notice(StepPhase.DONE, "approved" if result["approved"] else "denied")
-        )
+        if result["approved"]:
+            self.observer.on_step(notice(StepPhase.DONE, "approved"))
+        else:
+            self.observer.on_step(notice(StepPhase.FAILED, "denied"))
         return bool(result["approved"])
 
     # -- the engine ----------------------------------------------------------------------

@@ -89,10 +89,14 @@ class AcodeError(Exception):
     code: ErrorCode = ErrorCode.USAGE
     exit_code: int = 1
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, code: ErrorCode | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        if code is not None:  # a more precise code within the class's family
+            self.code = code
 
     def __str__(self) -> str:
         return f"{self.message}\n{self.hint}" if self.hint else self.message
@@ -133,12 +137,6 @@ class SessionLockedError(AcodeError):
     code = ErrorCode.LOCKED
     exit_code = 16
 
-    def __init__(
-        self, message: str, *, hint: str | None = None, code: ErrorCode = ErrorCode.LOCKED
-    ) -> None:
-        super().__init__(message, hint=hint)
-        self.code = code
-
 
 class EnvironmentValidationError(AcodeError):
     code = ErrorCode.ENVIRONMENT
@@ -147,16 +145,6 @@ class EnvironmentValidationError(AcodeError):
 
 class CheckpointError(AcodeError):
     code = ErrorCode.CHECKPOINT_INVALID
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        hint: str | None = None,
-        code: ErrorCode = ErrorCode.CHECKPOINT_INVALID,
-    ) -> None:
-        super().__init__(message, hint=hint)
-        self.code = code
 
 
 class NonDeterminismError(AcodeError):

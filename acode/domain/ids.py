@@ -87,4 +87,6 @@ def next_event_stamp(previous: EventStamp | None, now_us: int, rand: bytes) -> E
     ms = ts // 1000
     if ms > prev_ms:
         return EventStamp(ts, uuid7(ms, rand))
-    return EventStamp(ts, _pack(prev_ms, (prev_rand + 1) & _RAND_MASK))
+    if prev_rand == _RAND_MASK:  # carry into the timestamp, as RFC 9562 does
+        return EventStamp(ts, _pack(prev_ms + 1, 0))
+    return EventStamp(ts, _pack(prev_ms, prev_rand + 1))

@@ -96,6 +96,8 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
     if summary is None:
         if event.type is not EventType.SESSION_CREATED:
             raise _corrupt(event, "comes before the session was created")
+        if event.seq != 1:
+            raise _corrupt(event, "starts the history, but the history starts at event 1")
         return SessionSummary(title=p["title"], state=SessionState.CREATED, seq=event.seq)
     if event.seq != summary.seq + 1:
         raise _corrupt(event, f"follows event {summary.seq}: the sequence has a gap")

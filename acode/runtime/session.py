@@ -228,7 +228,9 @@ class Session:
                     by=getpass.getuser(),
                 )
                 entries.append((EventType.APPROVAL_DECIDED, decision))
-        base = self._step_payload(step_id, task, StepKind.APPROVE, position, 1, None, input_hash)
+        base = self._step_payload(
+            self._env(step_id, StepKind.APPROVE, task, position, 1).ctx, input_hash
+        )
         if decision is None:
             if record is None:
                 self._journal.write(
@@ -281,9 +283,7 @@ class Session:
                 self.observer.on_step(notice(StepPhase.RECOVERED, recovery.detail))
                 return action.value(env, recovery.result)
             if recovery.action is RecoveryAction.ROLLBACK_AND_RETRY:
-                base = self._step_payload(
-                    step_id, task, action.kind, position, record.attempt, record
-                )
+                base = self._step_payload(env.ctx, input_hash)
                 self._journal.write(
                     [
                         (
@@ -300,9 +300,7 @@ class Session:
         prepared = Prepared()
         if action.durable_start:
             prepared = action.prepare(env)
-            base = self._step_payload(
-                step_id, task, action.kind, position, attempt, None, input_hash
-            )
+            base = self._step_payload(env.ctx, input_hash)
             self._journal.write(
                 [(EventType.STEP_STARTED, {**base, **prepared.record})],
                 steps=[self._record(base, StepStatus.IN_PROGRESS)],
@@ -387,26 +385,18 @@ class Session:
         )
         return StepEnv(ctx, self._journal.store, self.config, self.strategy)
 
-    def _step_payload(
-        self,
-        step_id: str,
-        task: str | None,
-        kind: StepKind,
-        position: int,
-        attempt: int,
-        record: StepRecord | None,
-        input_hash: str | None = None,
-    ) -> dict[str, Any]:
+    def _step_payload(self, ctx: StepContext, input_hash: str) -> dict[str, Any]:
+        """The fields every event about a step carries."""
         payload: dict[str, Any] = {
-            "step": step_id,
-            "kind": kind.value,
-            "position": position,
-            "attempt": attempt,
-            "key": generate(self.id, step_id, attempt),
-            "input_hash": input_hash or (record.input_hash if record else None),
+            "step": ctx.step_id,
+            "kind": ctx.kind,
+            "position": ctx.position,
+            "attempt": ctx.attempt,
+            "key": ctx.idempotency_key,
+            "input_hash": input_hash,
         }
-        if task is not None:
-            payload["task"] = task
+        if ctx.task_id is not None:
+            payload["task"] = ctx.task_id
         return payload
 
     @staticmethod
@@ -424,16 +414,7 @@ class Session:
     def _finish(
         self, env: StepEnv, input_hash: str, outcome: Outcome, *, recovered: bool = False
     ) -> None:
-        ctx = env.ctx
-        base = self._step_payload(
-            ctx.step_id,
-            ctx.task_id,
-            StepKind(ctx.kind),
-            ctx.position,
-            ctx.attempt,
-            None,
-            input_hash,
-        )
+        base = self._step_payload(env.ctx, input_hash)
         payload = {**base, "result": outcome.result}
         if recovered:
             payload["recovered"] = True
@@ -447,16 +428,7 @@ class Session:
             self._history.extend(content for _, content in outcome.messages)
 
     def _fail(self, env: StepEnv, input_hash: str, error: StepFailedError) -> None:
-        ctx = env.ctx
-        base = self._step_payload(
-            ctx.step_id,
-            ctx.task_id,
-            StepKind(ctx.kind),
-            ctx.position,
-            ctx.attempt,
-            None,
-            input_hash,
-        )
+        base = self._step_payload(env.ctx, input_hash)
         self._journal.write(
             [(EventType.STEP_FAILED, {**base, "error": error.message})],
             steps=[self._record(base, StepStatus.FAILED)],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -95,7 +96,7 @@ def test_stamps_never_go_backwards_and_order_as_generated(
         assert stamp.ts_us == max(readings[: i + 1])
         assert UUID7.fullmatch(stamp.event_id)
         assert uuid7_ms(stamp.event_id) == stamp.ts_us // 1000
-    assert all(a < b for a, b in zip(keys, keys[1:], strict=False))
+    assert all(a < b for a, b in pairwise(keys))
     assert sorted(stamps, key=lambda s: (s.ts_us, s.event_id)) == stamps
 
 
@@ -176,10 +177,16 @@ def test_a_lone_id_is_shown_by_eight_characters() -> None:
     assert abbreviations([]) == {}
 
 
-def test_a_prefix_that_would_end_on_a_dash_takes_one_more_character() -> None:
-    a = uuid7(BASE_MS, bytes(10))
-    b = uuid7(BASE_MS + 1, bytes(10))
-    assert a[:8] == b[:8]
-    assert a[8] == "-"
-    short = abbreviations([a, b])
-    assert short == {a: a[:10], b: b[:10]}
+@pytest.mark.parametrize("minimum", range(1, 40))
+def test_no_minimum_makes_a_short_id_end_on_a_dash(minimum: int) -> None:
+    ids = [uuid7(BASE_MS, bytes(10)), uuid7(BASE_MS, bytes(9) + b"\x01")]
+    for full, abbr in abbreviations(ids, minimum).items():
+        assert not abbr.endswith("-")
+        assert len(abbr) >= min(minimum, len(full))
+        assert full.startswith(abbr)
+
+
+def test_a_minimum_that_lands_on_a_dash_takes_one_more_character() -> None:
+    only = uuid7(BASE_MS, bytes(10))
+    assert only[8] == "-"
+    assert abbreviations([only], minimum=9) == {only: only[:10]}

@@ -1,0 +1,308 @@
+"""Running the real `acode` executable in temporary workspaces, the way a person does.
+
+Every invocation goes through :class:`Cli`, which checks what no outcome may ever show
+(a traceback, an "internal error") and, when told, the exit status. Processes started in
+the background are registered with :class:`Background` and stopped in teardown, together
+with any step child they left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = [
+    "ACODE",
+    "Background",
+    "Cli",
+    "Result",
+    "Running",
+    "alive",
+    "make_env",
+    "plan_yaml",
+    "read_pids",
+    "session_count",
+    "wait_for",
+    "wait_for_pid",
+]
+
+
+def _find_acode() -> str:
+    # The script installed beside the interpreter running the tests (the project's .venv).
+    beside = Path(sys.executable).parent / "acode"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("acode")
+    if found is None:
+        raise RuntimeError("the `acode` executable is neither beside python nor on PATH")
+    return found
+
+
+ACODE = _find_acode()
+SECRET = "acode-cli-tests-checkpoint-secret"
+# Wide enough that Rich never wraps a message: assertions then match whole sentences.
+# tests/cli/test_errors.py checks the 80-column default on its own.
+WIDE = "400"
+
+
+def make_env(config_home: Path) -> dict[str, str]:
+    """The environment of every acode subprocess: nothing of the caller's acode settings,
+    the checkpoint key and config directory private to the test."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACODE_")}
+    for noisy in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "PYTHONPATH"):
+        env.pop(noisy, None)
+    env.update(
+        {
+            "ACODE_CHECKPOINT_SECRET": SECRET,
+            "XDG_CONFIG_HOME": str(config_home),
+            "COLUMNS": WIDE,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "GIT_AUTHOR_NAME": "acode tests",
+            "GIT_AUTHOR_EMAIL": "tests@acode.invalid",
+            "GIT_COMMITTER_NAME": "acode tests",
+            "GIT_COMMITTER_EMAIL": "tests@acode.invalid",
+        }
+    )
+    return env
+
+
+def plan_yaml(title: str, *steps: str, task: str = "main") -> str:
+    """A one-task plan; each of ``steps`` is one flow mapping such as
+    ``{id: a, read: a.txt}``. The first step is on line 6."""
+    body = "".join(f"      - {step}\n" for step in steps)
+    return f"title: {title}\ntasks:\n  - id: {task}\n    title: Main\n    steps:\n{body}"
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    code: int
+    out: str
+    err: str
+
+    @property
+    def flat_err(self) -> str:
+        """stderr with every run of white space made one space."""
+        return " ".join(self.err.split())
+
+    @property
+    def flat_out(self) -> str:
+        return " ".join(self.out.split())
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+    def json_lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.out.splitlines() if line.strip()]
+
+    def describe(self) -> str:
+        return (
+            f"$ acode {' '.join(self.argv)}\nexit status {self.code}\n"
+            f"--- stdout\n{self.out}--- stderr\n{self.err}"
+        )
+
+
+def _checked(result: Result, expect: int | None) -> Result:
+    for stream in (result.out, result.err):
+        assert "Traceback" not in stream, result.describe()
+        assert "internal error" not in stream, result.describe()
+    if expect is not None:
+        assert result.code == expect, result.describe()
+    return result
+
+
+@dataclass(frozen=True)
+class Running:
+    """An acode process started in the background."""
+
+    proc: subprocess.Popen[str]
+    argv: tuple[str, ...]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+@dataclass
+class Background:
+    """acode processes running while a test looks at them; all stopped in teardown."""
+
+    running: list[Running] = field(default_factory=list)
+    pid_files: list[Path] = field(default_factory=list)
+
+    def stop_all(self) -> None:
+        for proc in (r.proc for r in self.running):
+            if proc.poll() is None:
+                # SIGTERM first: acode pauses and stops its step's process group itself.
+                os.kill(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(5)
+            proc.communicate()
+        for pid_file in self.pid_files:
+            for pid in read_pids(pid_file):
+                _kill_if_ours(pid)
+
+
+def _kill_if_ours(pid: int) -> None:
+    """Kill a step child that outlived acode, checking first that the pid is still that
+    child (a `sleep` started by a test plan) and not a recycled one."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return
+    if command.startswith(b"sleep\0"):
+        os.kill(pid, signal.SIGKILL)
+
+
+class Cli:
+    """`acode` run as a subprocess in ``workspace``, with a private environment."""
+
+    def __init__(self, workspace: Path, env: Mapping[str, str], background: Background) -> None:
+        self.workspace = workspace
+        self.env = dict(env)
+        self._background = background
+
+    def __call__(
+        self,
+        *args: str,
+        expect: int | None = 0,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 30,
+    ) -> Result:
+        done = subprocess.run(
+            [ACODE, *args],
+            cwd=cwd or self.workspace,
+            env=dict(env) if env is not None else self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return _checked(Result(tuple(args), done.returncode, done.stdout, done.stderr), expect)
+
+    def start(self, *args: str) -> Running:
+        """Start acode in its own session (signals reach only it) with no terminal."""
+        proc = subprocess.Popen(
+            [ACODE, *args],
+            cwd=self.workspace,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        running = Running(proc, tuple(args))
+        self._background.running.append(running)
+        return running
+
+    def finish(self, running: Running, *, expect: int | None, timeout: float = 30) -> Result:
+        out, err = running.proc.communicate(timeout=timeout)
+        return _checked(Result(running.argv, running.proc.returncode, out, err), expect)
+
+    def write(self, name: str, text: str) -> Path:
+        path = self.workspace / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    def watch_pids(self, name: str) -> Path:
+        """A file a plan's run step appends its pid to; teardown kills what it names."""
+        path = self.workspace / name
+        self._background.pid_files.append(path)
+        return path
+
+    def sessions(self) -> list[dict[str, Any]]:
+        data = self("session", "list", "--json").json()
+        assert isinstance(data, list)
+        return data
+
+    def status(self, session_id: str) -> dict[str, Any]:
+        data = self("status", session_id, "--json").json()
+        assert isinstance(data, dict)
+        return data
+
+    def only_session(self) -> dict[str, Any]:
+        rows = self.sessions()
+        assert len(rows) == 1, rows
+        return rows[0]
+
+
+def wait_for(what: str, probe: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def read_pids(path: Path) -> list[int]:
+    """The complete lines of a pid file (a line being written is not one yet)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return [int(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def wait_for_pid(path: Path, count: int = 1, timeout: float = 10.0) -> int:
+    """Wait until ``path`` holds ``count`` pids; returns the last."""
+    wait_for(f"{count} pid(s) in {path.name}", lambda: len(read_pids(path)) >= count, timeout)
+    return read_pids(path)[-1]
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting to be reaped has stopped running)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def session_count(workspace: Path) -> int:
+    """Rows in the sessions table, read straight from the file; 0 when there is none."""
+    db = workspace / ".agent" / "state" / "acode.db"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        (count,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
+    conn.close()
+    return int(count)
+
+
+@pytest.fixture
+def cli_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return make_env(tmp_path_factory.mktemp("cli-config"))
+
+
+@pytest.fixture
+def background() -> Iterator[Background]:
+    procs = Background()
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+@pytest.fixture
+def acode(workspace: Path, cli_env: dict[str, str], background: Background) -> Cli:
+    """acode working in the (empty) ``workspace`` fixture."""
+    return Cli(workspace, cli_env, background)

@@ -8,6 +8,7 @@ exactly as it was.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,38 +127,22 @@ def resume_session(
     clock = clock or SystemClock()
     ws: Workspace = open_workspace(workspace)
     signer = load_signer()
-    store = open_store(ws.paths.db, ws.config.durability)
-    try:
+    with ExitStack() as cleanup:
+        store = open_store(ws.paths.db, ws.config.durability)
+        cleanup.callback(store.close)
         row = select_for_resume(store, id_or_prefix)
         lock = take_lock(ws, row.id, clock)
-    except BaseException:
-        store.close()
-        raise
-    try:
-        row = store.session(row.id)  # it may have moved on while we waited for the lock
+        cleanup.callback(lock.release)
+        row = store.session(row.id)  # it may have moved on while we took the lock
         _refuse_terminal(row)
         config: AcodeConfig = recorded_config(row)
         journal = Journal.load(store, row, clock, signer)
         preview = _preview(store, row, journal)
         if on_preview is not None:
             on_preview(preview)
-        summary = preview.summary
-        entries: list[tuple[EventType, dict[str, object]]] = [
-            (EventType.SESSION_RESUMED, preview.log_record())
-        ]
-        target = _state_after_resume(summary)
-        if target is not summary.state:
-            entries.append(
-                (
-                    EventType.STATE_CHANGED,
-                    {"from": summary.state.value, "to": target.value, "reason": "resumed"},
-                )
-            )
-        journal.write(entries)
-    except BaseException:
-        lock.release()
-        store.close()
-        raise
+        # Every check is done: only now is anything written.
+        journal.write(_resume_entries(preview))
+        cleanup.pop_all()  # the Session owns the store and the lock from here on
     return Session(
         journal=journal,
         workspace=ws.root,
@@ -169,6 +154,22 @@ def resume_session(
         interrupts=interrupts,
         strategy=strategy,
     )
+
+
+def _resume_entries(preview: ResumePreview) -> list[tuple[EventType, dict[str, object]]]:
+    summary = preview.summary
+    entries: list[tuple[EventType, dict[str, object]]] = [
+        (EventType.SESSION_RESUMED, preview.log_record())
+    ]
+    target = _state_after_resume(summary)
+    if target is not summary.state:
+        entries.append(
+            (
+                EventType.STATE_CHANGED,
+                {"from": summary.state.value, "to": target.value, "reason": "resumed"},
+            )
+        )
+    return entries
 
 
 def _state_after_resume(summary: SessionSummary) -> SessionState:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,13 +72,11 @@ def open_session(
     ws = open_workspace(workspace, config)
     signer = load_signer()
     session_id = uuid7(clock.now_us() // 1000, clock.random_bytes(10))
-    store = open_store(ws.paths.db, ws.config.durability)
-    try:
+    with ExitStack() as cleanup:
+        store = open_store(ws.paths.db, ws.config.durability)
+        cleanup.callback(store.close)
         lock = take_lock(ws, session_id, clock)
-    except BaseException:
-        store.close()
-        raise
-    try:
+        cleanup.callback(lock.release)
         journal = new_session_journal(
             store,
             session_id=session_id,
@@ -91,10 +90,7 @@ def open_session(
             clock=clock,
             signer=signer,
         )
-    except BaseException:
-        lock.release()
-        store.close()
-        raise
+        cleanup.pop_all()  # the Session owns the store and the lock from here on
     return Session(
         journal=journal,
         workspace=ws.root,

@@ -14,7 +14,7 @@ __all__ = ["STEP_ID_PATTERN", "IdempotencyKey", "generate", "parse", "step_prefi
 STEP_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _PREFIX = "acode:v1"
 _KEY = re.compile(
-    r"acode:v1:(?P<session>[0-9a-f-]{36}):(?P<step>[A-Za-z0-9][A-Za-z0-9_.-]{0,63}):(?P<attempt>[1-9][0-9]*)"
+    r"acode:v1:(?P<session>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}):(?P<step>[A-Za-z0-9][A-Za-z0-9_.-]{0,63}):(?P<attempt>[1-9][0-9]*)"
 )
 
 
@@ -28,9 +28,14 @@ class IdempotencyKey:
         return f"{_PREFIX}:{self.session_id}:{self.step_id}:{self.attempt}"
 
 
+_SESSION = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def generate(session_id: str, step_id: str, attempt: int) -> str:
-    if attempt < 1:
-        raise ValueError("attempts are numbered from 1")
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise ValueError(f"attempts are numbered from 1, got {attempt!r}")
+    if not _SESSION.fullmatch(session_id):
+        raise ValueError(f"invalid session id {session_id!r}")
     if not STEP_ID_PATTERN.fullmatch(step_id):
         raise ValueError(f"invalid step id {step_id!r}")
     return str(IdempotencyKey(session_id, step_id, attempt))

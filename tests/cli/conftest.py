@@ -16,7 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,6 +196,26 @@ class Cli:
             check=False,
         )
         return _checked(Result(tuple(args), done.returncode, done.stdout, done.stderr), expect)
+
+    def many(self, commands: Sequence[Sequence[str]], *, expect: int | None = 0) -> list[Result]:
+        """Run independent commands at the same time (each is a separate process)."""
+        procs = [
+            subprocess.Popen(
+                [ACODE, *command],
+                cwd=self.workspace,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for command in commands
+        ]
+        results = []
+        for command, proc in zip(commands, procs, strict=True):
+            out, err = proc.communicate(timeout=30)
+            results.append(_checked(Result(tuple(command), proc.returncode, out, err), expect))
+        return results
 
     def start(self, *args: str) -> Running:
         """Start acode in its own session (signals reach only it) with no terminal."""

@@ -22,6 +22,7 @@ import yaml
 
 __all__ = [
     "EFFECTS_LOG",
+    "EFFECT_EVENT",
     "EFFECT_STEPS",
     "HOLD_PLAN",
     "MAIN_PLAN",
@@ -31,8 +32,8 @@ __all__ = [
     "Effect",
     "GitState",
     "acode_bin",
-    "build_template",
     "base_env",
+    "build_template",
     "install_hook",
     "plan_step_ids",
     "read_effects",
@@ -51,13 +52,15 @@ _IDENTITY = {
     "GIT_COMMITTER_NAME": "acode crash tests",
     "GIT_COMMITTER_EMAIL": "crash@acode.invalid",
 }
-# The python steps sleep this long: a value no other code sleeps, so an audit hook can
-# tell a step's pause (after its effect, before its completion) from acode's own polling.
-STEP_PAUSE = 0.0625
+# Raised by the python steps right after they logged their execution: an audit hook can
+# kill there, after the effect and before its completion is recorded.
+EFFECT_EVENT = "crashtest.effect_logged"
+STEP_PAUSE = 0.05
 
 _STEPS_PY = f'''"""Python steps of the crash-test workload."""
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -67,6 +70,7 @@ def _log(ctx):
     line = f"{{ctx.step_id}} {{prefix}} {{attempt}} {{time.time_ns() // 1000}} {{os.getpid()}}\\n"
     with open(Path(ctx.workspace) / "{EFFECTS_LOG}", "a", encoding="utf-8") as log:
         log.write(line)
+    sys.audit("{EFFECT_EVENT}", ctx.step_id)
 
 
 def prepare(ctx):
@@ -93,13 +97,13 @@ def finish(ctx):
     return {{"lines": len(lines)}}
 '''
 
-_APP_PY = '''def greet(name):
+_APP_PY = """def greet(name):
     return "Hello " + name
 
 
 def main():
     print(greet("world"))
-'''
+"""
 
 # A run step's own log line: the key without its attempt, then the attempt.
 _LOG = (
@@ -351,9 +355,7 @@ def read_effects(ws: Path) -> list[Effect]:
         # Each line is one write(2), which a kill cannot tear: anything else is a bug.
         if len(fields) != 5 or not all(f.isdigit() for f in fields[2:]):
             raise AssertionError(f"malformed line in {path}: {line!r}")
-        effects.append(
-            Effect(fields[0], fields[1], int(fields[2]), int(fields[3]), int(fields[4]))
-        )
+        effects.append(Effect(fields[0], fields[1], int(fields[2]), int(fields[3]), int(fields[4])))
     return effects
 
 

@@ -1,0 +1,101 @@
+"""Secret redaction for everything acode writes outside its database: logs, progress
+files, exports, and command output shown to people.
+
+Only known secret shapes are redacted (provider tokens, cloud keys, bearer headers,
+``password=``-style pairs, credentials in URLs, private key blocks), keeping the last
+four characters so a person can still tell two secrets apart. Generic long strings are
+deliberately left alone: SHA-256 hashes, git commit ids and UUIDs are not secrets, and
+a redactor that eats them makes logs useless.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["MASK", "redact", "redact_json"]
+
+MASK = "***"
+
+
+def _keep_tail(secret: str) -> str:
+    return f"{MASK}{secret[-4:]}" if len(secret) > 8 else MASK
+
+
+def _whole(match: re.Match[str]) -> str:
+    return _keep_tail(match.group(0))
+
+
+def _group(name: str) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        start, end = match.span(name)
+        text = match.group(0)
+        offset = match.start(0)
+        return text[: start - offset] + _keep_tail(match.group(name)) + text[end - offset :]
+
+    return replace
+
+
+_TOKEN_SHAPES = [
+    r"\bAKIA[0-9A-Z]{16}\b",  # AWS access key id
+    r"\bASIA[0-9A-Z]{16}\b",  # AWS temporary access key id
+    r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",  # GitHub tokens
+    r"\bgithub_pat_[A-Za-z0-9_]{22,}\b",
+    r"\bglpat-[A-Za-z0-9_-]{20,}\b",  # GitLab
+    r"\bsk-ant-[A-Za-z0-9_-]{20,}",  # Anthropic
+    r"\bsk-(?:proj-)?[A-Za-z0-9_-]{20,}",  # OpenAI
+    r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b",  # Stripe
+    r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b",  # Slack
+    r"\bAIza[0-9A-Za-z_-]{35}\b",  # Google API key
+    r"\bhf_[A-Za-z0-9]{30,}\b",  # Hugging Face
+    r"\bnpm_[A-Za-z0-9]{36}\b",  # npm
+    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
+]
+
+_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
+    (
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+            re.DOTALL,
+        ),
+        lambda m: "-----BEGIN PRIVATE KEY----- ***redacted*** -----END PRIVATE KEY-----",
+    ),
+    (re.compile("|".join(f"(?:{shape})" for shape in _TOKEN_SHAPES)), _whole),
+    (
+        re.compile(r"(?i)\b(?:authorization\s*[:=]\s*)?bearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})"),
+        _group("s"),
+    ),
+    (
+        # scheme://user:password@host
+        re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@"),
+        _group("s"),
+    ),
+    (
+        re.compile(
+            r"(?i)(?<![A-Za-z0-9])(?:[a-z0-9_.-]*?[_.-])?"
+            r"(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|"
+            r"access[_-]?token|auth[_-]?token|refresh[_-]?token|client[_-]?secret|token)"
+            r"[\"']?\s*[:=]\s*[\"']?(?P<s>[^\s\"',;&]{4,})"
+        ),
+        _group("s"),
+    ),
+]
+
+
+def redact(text: str) -> str:
+    """``text`` with every recognised secret masked."""
+    for pattern, replace in _RULES:
+        text = pattern.sub(replace, text)
+    return text
+
+
+def redact_json(value: Any) -> Any:
+    """A JSON-like value with every string redacted (keys included)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(k)): redact_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_json(v) for v in value]
+    return value

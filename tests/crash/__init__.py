@@ -1,0 +1,1 @@
+"""Crash tests: real acode processes SIGKILLed at random moments and resumed until done."""

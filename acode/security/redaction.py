@@ -56,7 +56,8 @@ _TOKEN_SHAPES = [
 _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
     (
         re.compile(
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+            r".*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
             re.DOTALL,
         ),
         lambda m: "-----BEGIN PRIVATE KEY----- ***redacted*** -----END PRIVATE KEY-----",

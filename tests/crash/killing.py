@@ -47,6 +47,8 @@ KillHow = Literal["timed", "step", "event"]
 OrphanFate = Literal["kill", "wait"]
 _POLL = 0.002
 _ORPHAN_WAIT = 10.0
+# Timed kills aim a little short of the expected end: processes vary in speed.
+_AIM_SHORT = 0.9
 
 
 @dataclass(frozen=True)
@@ -131,15 +133,18 @@ class Pace:
 
 def aim(draw: KillDraw, pace: Pace, remaining: Sequence[str], total: int) -> Kill:
     """Aim a drawn kill at a process that has ``remaining`` of ``total`` steps to do, so
-    that most kills land while it works (startup included) rather than after its end."""
+    that most kills land while it works (startup included) rather than after its end:
+    a kill that misses lets the process finish the session, which ends the case."""
     left = max(len(remaining), 1) / total
     if draw.how == "timed":
-        return Kill("timed", draw.orphans, delay=draw.where * (pace.startup + pace.steps * left))
-    if draw.how == "step" or draw.point is None or not pace.event_counts.get(draw.point.name):
-        anchor = remaining[int(draw.where * len(remaining))] if remaining else None
-        return Kill("step", draw.orphans, delay=draw.jitter, anchor=anchor)
-    expected = pace.event_counts[draw.point.name] * left
-    return Kill("event", draw.orphans, point=draw.point, nth=1 + int(draw.where * expected))
+        expected = pace.startup + pace.steps * left
+        return Kill("timed", draw.orphans, delay=draw.where * _AIM_SHORT * expected)
+    expected = pace.event_counts.get(draw.point.name, 0) * left if draw.point else 0.0
+    if draw.how == "event" and draw.point is not None and expected >= 1:
+        return Kill("event", draw.orphans, point=draw.point, nth=1 + int(draw.where * expected))
+    # A step kill, also for an event the remaining steps are unlikely to meet.
+    anchor = remaining[int(draw.where * len(remaining))] if remaining else None
+    return Kill("step", draw.orphans, delay=draw.jitter, anchor=anchor)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ and an impossible history is refused naming the event that breaks it."""
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import json
 import re

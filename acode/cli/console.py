@@ -43,10 +43,15 @@ def emit_json(value: Any) -> None:
 
 
 def render_error(error: AcodeError) -> None:
+    from rich.markup import escape
+
+    from acode.security.redaction import redact
+
     console = err_console()
-    console.print(f"[bold red]error[/] [dim]{error.code.value}[/]: {error.message}", markup=True)
+    message = escape(redact(error.message))
+    console.print(f"[bold red]error[/] [dim]{error.code.value}[/]: {message}")
     if error.hint:
-        console.print(f"  [yellow]hint:[/] {error.hint}", markup=True)
+        console.print(f"  [yellow]hint:[/] {escape(redact(error.hint))}")
 
 
 def iso(us: int) -> str:

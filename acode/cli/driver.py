@@ -20,6 +20,7 @@ from acode.errors import (
 from acode.runtime.observer import ApprovalRequest, Approver, Observer
 from acode.runtime.plan_runner import run_plan
 from acode.runtime.session import Session
+from acode.security.redaction import redact
 
 __all__ = ["drive_plan", "terminal_approver"]
 
@@ -105,10 +106,10 @@ def _report(session: Session, as_json: bool, code: int, message: str) -> int:
                 "steps_completed": session.steps_completed,
                 "total_steps": session.total_steps,
                 "exit_code": code,
-                "message": message,
+                "message": redact(message),
             }
         )
     else:
         console = out_console() if code == 0 else err_console()
-        console.print(message, markup=False)
+        console.print(redact(message), markup=False)
     return code

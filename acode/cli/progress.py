@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from acode.cli.console import emit_json, out_console
 from acode.runtime.observer import Observer, StepNotice, StepPhase
+from acode.security.redaction import redact
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -35,7 +36,7 @@ def _line(n: StepNotice) -> str:
     if n.duration_ms is not None:
         text += f" ({n.duration_ms / 1000:.1f}s)"
     if n.detail:
-        text += f" — {n.detail}"
+        text += f" — {redact(n.detail)}"
     return text
 
 
@@ -64,7 +65,7 @@ class JsonObserver:
         if notice.total is not None:
             record["total"] = notice.total
         if notice.detail:
-            record["detail"] = notice.detail
+            record["detail"] = redact(notice.detail)
         if notice.duration_ms is not None:
             record["duration_ms"] = notice.duration_ms
         emit_json(record)

@@ -9,6 +9,7 @@ from acode.cli.console import ago, emit_json, iso, out_console
 from acode.domain.events import Event
 from acode.domain.reducer import SessionSummary, StepRecord
 from acode.resume.service import ResumePreview
+from acode.security.redaction import redact, redact_json
 from acode.store.records import SessionRow
 
 __all__ = [
@@ -132,7 +133,7 @@ def event_json(event: Event) -> dict[str, Any]:
         "ts": iso(event.ts_us),
         "ts_us": event.ts_us,
         "type": event.type.value,
-        "payload": event.payload,
+        "payload": redact_json(event.payload),
         "hash": event.hash.hex(),
     }
 
@@ -171,7 +172,11 @@ def print_history(events: list[Event], as_json: bool) -> None:
     for e in events:
         step = e.payload.get("step")
         table.add_row(
-            str(e.seq), iso(e.ts_us), e.type.value, str(step) if step else "", _event_detail(e)
+            str(e.seq),
+            iso(e.ts_us),
+            e.type.value,
+            str(step) if step else "",
+            redact(_event_detail(e)),
         )
     out_console().print(table)
 

@@ -258,3 +258,15 @@ def test_a_running_session_is_locked_until_forced(acode: Cli) -> None:
     assert forced.out.startswith(f"Removed the lock of {held_by}")
     assert acode.status(short)["lock"] is None
     assert holder.proc.poll() is None  # breaking the lock does not stop its holder
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="acode/cli/inspect.py session_unlock prints 'Removed the lock of <last holder>' "
+    "whenever the lock file exists; lock files are kept after release (locks.py), so a "
+    "session nobody holds is reported as unlocked from a pid that exited long ago",
+)
+def test_unlocking_a_session_nobody_holds_says_so(two: Two) -> None:
+    result = two.acode("session", "unlock", two.done["short_id"])
+
+    assert result.out == "The session was not locked.\n"

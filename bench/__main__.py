@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Signing needs a key; a key file in the home directory is not the benchmark's to make.
     os.environ["ACODE_CHECKPOINT_SECRET"] = "acode-bench-not-a-secret"
 
-    from bench.machine import bench_root, describe
+    from bench.machine import bench_root, describe, fsync_latency_us
     from bench.report import Run, render
     from bench.suite import Settings, run_suite
 
@@ -58,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     results = run_suite(settings, root, _progress)
     minutes = (time.monotonic() - started) / 60
+    machine = replace(machine, fsync_after_us=fsync_latency_us(root))
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
     run = Run(
         command=command,

@@ -36,8 +36,9 @@ class Machine:
     sqlite: str
     kernel: str
     filesystem: Filesystem
-    fsync_us: float
+    fsync_us: float  # measured before the benchmark
     commit: str
+    fsync_after_us: float | None = None  # and after it: the drift in between
 
 
 def filesystem_of(path: Path) -> Filesystem:

@@ -20,7 +20,7 @@ from acode.domain.states import SessionState
 from acode.errors import CheckpointError, ErrorCode
 from acode.runtime.clock import Clock
 from acode.security.signing import Signer
-from acode.store.records import CheckpointRow, Commit, MessageRow, SessionRow
+from acode.store.records import CheckpointRow, Commit, FileRow, MessageRow, SessionRow
 from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["Journal", "checkpoint_message", "new_session_journal", "verify_history"]
@@ -100,6 +100,7 @@ class Journal:
         steps: Sequence[StepRecord] = (),
         messages: Sequence[tuple[str, dict[str, Any]]] = (),
         blobs: Sequence[tuple[str, bytes]] = (),
+        files: Sequence[FileRow] = (),
         checkpoint: bool = True,
     ) -> list[Event]:
         """Append events (and what they project to) in one transaction. Each step row
@@ -126,6 +127,7 @@ class Journal:
                 checkpoint=cp,
                 messages=self._message_rows(messages, last.seq),
                 blobs=blobs,
+                files=files,
             ),
         )
         self.summary = summary

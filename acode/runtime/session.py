@@ -423,6 +423,7 @@ class Session:
             steps=[self._record(base, StepStatus.COMPLETED)],
             messages=outcome.messages,
             blobs=outcome.blobs,
+            files=outcome.files,
         )
         if outcome.messages and self._history is not None:
             self._history.extend(content for _, content in outcome.messages)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from acode.domain.events import Event
 from acode.domain.reducer import StepRecord
 
-__all__ = ["CheckpointRow", "Commit", "MessageRow", "SessionRow"]
+__all__ = ["CheckpointRow", "Commit", "FileRow", "MessageRow", "SessionRow"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,16 @@ class MessageRow:
 
 
 @dataclass(frozen=True)
+class FileRow:
+    """A workspace file as a session last saw it (``sha256`` None: it did not exist)."""
+
+    path: str
+    sha256: str | None
+    size: int | None
+    mtime_ns: int | None
+
+
+@dataclass(frozen=True)
 class Commit:
     """Everything one transaction writes for a session: events and what they project to.
 
@@ -67,3 +77,4 @@ class Commit:
     checkpoint: CheckpointRow | None = None
     messages: Sequence[MessageRow] = ()
     blobs: Sequence[tuple[str, bytes]] = field(default=())
+    files: Sequence[FileRow] = ()

@@ -16,7 +16,7 @@ from acode.errors import StorageError
 from acode.store.blobs import INSERT_BLOB, compress, get_blob
 from acode.store.connection import Durability, atomic, connect
 from acode.store.migrations import migrate
-from acode.store.records import CheckpointRow, Commit, MessageRow, SessionRow
+from acode.store.records import CheckpointRow, Commit, FileRow, MessageRow, SessionRow
 
 __all__ = ["SqliteStore", "open_store"]
 
@@ -78,6 +78,8 @@ SELECT_CHECKPOINTS = (
     "SELECT id, seq, summary, head, signature, created_at FROM checkpoints WHERE sid = ?"
     " ORDER BY id DESC"
 )
+UPSERT_FILE = "INSERT OR REPLACE INTO files (sid, path, sha256, size, mtime_ns, seq) VALUES (?, ?, ?, ?, ?, ?)"
+SELECT_FILES = "SELECT path, sha256, size, mtime_ns FROM files WHERE sid = ? ORDER BY path"
 INSERT_MESSAGE = "INSERT INTO messages (sid, idx, role, content, seq) VALUES (?, ?, ?, ?, ?)"
 SELECT_MESSAGES = "SELECT idx, role, content, seq FROM messages WHERE sid = ? ORDER BY idx"
 
@@ -226,6 +228,12 @@ class SqliteStore:
             conn.executemany(
                 INSERT_MESSAGE, [(sid, m.idx, m.role, m.content, m.seq) for m in c.messages]
             )
+        if c.files:
+            seq = c.events[-1].seq
+            conn.executemany(
+                UPSERT_FILE,
+                [(sid, f.path, f.sha256, f.size, f.mtime_ns, seq) for f in c.files],
+            )
         if c.checkpoint is not None:
             k = c.checkpoint
             conn.execute(
@@ -283,6 +291,10 @@ class SqliteStore:
         """The kept checkpoints, newest first."""
         rows = self.conn.execute(SELECT_CHECKPOINTS, (sid,)).fetchall()
         return [CheckpointRow(*r) for r in rows]
+
+    def files(self, sid: int) -> list[FileRow]:
+        """The files the session read or wrote, as it last saw them."""
+        return [FileRow(*r) for r in self.conn.execute(SELECT_FILES, (sid,))]
 
     def messages(self, sid: int) -> list[MessageRow]:
         return [MessageRow(*r) for r in self.conn.execute(SELECT_MESSAGES, (sid,))]

@@ -61,7 +61,7 @@ def make_env(config_home: Path) -> dict[str, str]:
     """The environment of every acode subprocess: nothing of the caller's acode settings,
     the checkpoint key and config directory private to the test."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACODE_")}
-    for noisy in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "PYTHONPATH"):
+    for noisy in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         env.pop(noisy, None)
     env.update(
         {

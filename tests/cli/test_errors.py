@@ -150,49 +150,44 @@ def test_a_database_from_a_newer_acode_is_refused_untouched(acode: Cli) -> None:
     conn.close()
     before = _fingerprint(db)
 
-    for command in (["session", "list"], ["status"], ["resume"], ["run", "plan.yml"]):
-        result = acode(*command, expect=1)
+    commands = [["session", "list"], ["status"], ["resume"], ["run", "plan.yml"]]
+
+    for result in acode.many(commands, expect=1):
         assert result.flat_err.startswith(
             f"error ACODE-DB-002: {db} has schema version 999, but this acode knows versions"
         ), result.describe()
         assert "upgrade acode" in result.flat_err
-        assert _fingerprint(db) == before
+    assert _fingerprint(db) == before
 
 
-@pytest.mark.parametrize(
-    "command", [["run", "plan.yml"], ["session", "list"], ["status"], ["resume"]]
-)
-def test_a_missing_workspace_is_a_usage_error(acode: Cli, command: list[str]) -> None:
+def test_a_missing_workspace_is_a_usage_error(acode: Cli) -> None:
     acode.write("plan.yml", TINY)
     missing = acode.workspace / "nope"
+    commands = [["run", "plan.yml"], ["session", "list"], ["status"], ["resume"]]
 
-    result = acode(*command, "--workspace", str(missing), expect=2)
+    results = acode.many([[*c, "--workspace", str(missing)] for c in commands], expect=2)
 
-    assert result.flat_err.startswith(f"error ACODE-USAGE-001: --workspace {missing}: no such")
+    for result in results:
+        assert result.flat_err.startswith(
+            f"error ACODE-USAGE-001: --workspace {missing}: no such directory"
+        ), result.describe()
     assert not missing.exists()
+    assert not (acode.workspace / ".agent").exists()
 
 
-def test_an_unknown_strategy_is_a_usage_error(acode: Cli) -> None:
-    result = acode("resume", "--strategy", "yolo", expect=2)
+def test_a_command_line_mistake_is_a_usage_error(acode: Cli) -> None:
+    mistakes = {
+        ("frobnicate",): "No such command 'frobnicate'",
+        ("run",): "Missing argument",
+        ("session", "show"): "Missing argument",
+        ("run", "plan.yml", "--bogus"): "No such option: --bogus",
+        ("resume", "--strategy", "yolo"): "--strategy 'yolo' is not one of rollback, retry",
+    }
 
-    assert "--strategy 'yolo' is not one of rollback, retry, prompt" in result.flat_err
+    results = acode.many(list(mistakes), expect=2)
 
-
-@pytest.mark.parametrize(
-    ("command", "message"),
-    [
-        (["frobnicate"], "No such command 'frobnicate'"),
-        (["run"], "Missing argument"),
-        (["session", "show"], "Missing argument"),
-        (["run", "plan.yml", "--bogus"], "No such option: --bogus"),
-    ],
-)
-def test_a_command_line_mistake_is_a_usage_error(
-    acode: Cli, command: list[str], message: str
-) -> None:
-    result = acode(*command, expect=2)
-
-    assert message in result.flat_err
+    for result in results:
+        assert mistakes[result.argv] in result.flat_err, result.describe()
 
 
 def test_hostile_paths_and_ids_in_a_plan_are_refused(acode: Cli, tmp_path: Path) -> None:

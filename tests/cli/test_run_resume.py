@@ -97,6 +97,11 @@ def test_a_failing_step_fails_the_session_for_good(acode: Cli) -> None:
     assert f"cannot resume session {short}: it is FAILED" in refused.flat_err
 
 
+def _nap(pid_file: str) -> str:
+    """A command that records its pid and, on its first attempt only, sleeps a second."""
+    return f"'echo $$ >> {pid_file}; [ $(wc -l < {pid_file}) -gt 1 ] || exec sleep 1'"
+
+
 def test_pausing_twice_and_resuming_twice_runs_every_step_once(acode: Cli) -> None:
     acode.write("plan_steps.py", STEP_FUNCTIONS)
     acode.write(
@@ -104,9 +109,9 @@ def test_pausing_twice_and_resuming_twice_runs_every_step_once(acode: Cli) -> No
         plan_yaml(
             "Twice interrupted",
             '{id: p1, python: "plan_steps:record"}',
-            "{id: nap1, run: echo $$ >> nap1.pids; exec sleep 1}",
+            f"{{id: nap1, run: {_nap('nap1.pids')}}}",
             '{id: p2, python: "plan_steps:record"}',
-            "{id: nap2, run: echo $$ >> nap2.pids; exec sleep 1}",
+            f"{{id: nap2, run: {_nap('nap2.pids')}}}",
             '{id: p3, python: "plan_steps:record"}',
         ),
     )
@@ -180,13 +185,15 @@ def test_an_approval_with_no_terminal_waits_for_acode_approve(acode: Cli) -> Non
     short = _stop_at_approval(acode)
     history = acode("session", "history", short, "--json").json()
 
-    preview = acode("resume", short, "--dry-run")
+    preview, as_json = acode.many(
+        [["resume", short, "--dry-run"], ["resume", short, "--dry-run", "--json"]]
+    )
     assert preview.out.splitlines()[:2] == [
         f"Would resume session {short}: Needs a yes",
         "  Current state: AWAITING_APPROVAL",
     ]
     assert "Remaining: 2 steps" in preview.out
-    data = acode("resume", short, "--dry-run", "--json").json()
+    data = as_json.json()
     assert data["session_id"].startswith(short)
     assert data["remaining_steps"] == 2
     assert data["continuation"]["pending_steps"] == ["after"]

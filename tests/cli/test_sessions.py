@@ -169,46 +169,36 @@ def _common_prefix(a: str, b: str) -> str:
     return a[:length]
 
 
-@pytest.mark.parametrize(
-    "command", [["session", "show"], ["session", "history"], ["status"], ["resume"]]
-)
-def test_an_ambiguous_prefix_is_a_usage_error(two: Two, command: list[str]) -> None:
+ID_COMMANDS = (["session", "show"], ["session", "history"], ["status"], ["resume"])
+
+
+def test_an_ambiguous_prefix_is_a_usage_error(two: Two) -> None:
     prefix = _common_prefix(two.done["id"], two.waiting["id"])
     assert prefix, "UUIDv7 ids made a second apart share their leading digits"
 
-    result = two.acode(*command, prefix, expect=2)
-
-    assert "ACODE-SESSION-002" in result.flat_err
-    assert f"{prefix!r} matches 2 sessions" in result.flat_err
-    assert "give more characters of the id" in result.flat_err
-
-
-@pytest.mark.parametrize(
-    ("command", "status"),
-    [(["session", "show"], 1), (["session", "history"], 1), (["status"], 1), (["resume"], 14)],
-)
-def test_an_unknown_id_is_reported(two: Two, command: list[str], status: int) -> None:
-    result = two.acode(*command, "ffffffff", expect=status)
-
-    assert "no session with id 'ffffffff'" in result.flat_err
-    assert "acode session list" in result.flat_err
+    for result in two.acode.many([[*command, prefix] for command in ID_COMMANDS], expect=2):
+        assert "ACODE-SESSION-002" in result.flat_err, result.describe()
+        assert f"{prefix!r} matches 2 sessions" in result.flat_err, result.describe()
+        assert "give more characters of the id" in result.flat_err, result.describe()
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["session", "show"],
-        ["session", "history"],
-        ["session", "unlock"],
-        ["status"],
-        ["resume"],
-        ["approve"],
-    ],
-)
-def test_a_malformed_id_is_a_usage_error(two: Two, command: list[str]) -> None:
-    result = two.acode(*command, "../../etc", expect=2)
+def test_an_unknown_id_is_reported(two: Two) -> None:
+    results = two.acode.many([[*command, "ffffffff"] for command in ID_COMMANDS], expect=None)
 
-    assert "'../../etc' is not a session id" in result.flat_err
+    # Only resume has a status of its own for it: 14, nothing to resume.
+    assert [r.code for r in results] == [1, 1, 1, 14]
+    for result in results:
+        assert "no session with id 'ffffffff'" in result.flat_err, result.describe()
+        assert "acode session list" in result.flat_err, result.describe()
+
+
+def test_a_malformed_id_is_a_usage_error(two: Two) -> None:
+    commands = [*ID_COMMANDS, ["session", "unlock"], ["approve"]]
+
+    results = two.acode.many([[*command, "../../etc"] for command in commands], expect=2)
+
+    for result in results:
+        assert "'../../etc' is not a session id" in result.flat_err, result.describe()
     assert not (two.acode.workspace / ".agent" / "etc").exists()
 
 

@@ -1,30 +1,21 @@
-"""Settings, shared workspaces and the reference run of the crash tests.
-
-ACODE_CRASH_CASES (default 10) is the number of kill-and-resume cases; each case draws
-2 or 3 kills. ACODE_CRASH_SEED (default: a fresh random seed) seeds every case; it is
-printed at the end of the run and in every failure so that a case can be replayed.
-Both are read when the tests are collected: tests/conftest.py clears ACODE_* variables
-before each test runs.
-"""
+"""Fixtures of the crash tests: their environment, the reference run, process tokens.
+Settings and the tally live in harness.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import random
 import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.crash.harness import CASES, SEED, TALLY, Reference, Tally, known_leftovers_ignored
 from tests.crash.killing import EVENT_POINTS, Pace, kill_token_processes
 from tests.crash.workload import (
     MAIN_PLAN,
-    TEMP_PREFIX,
     ACodeCli,
     GitState,
     base_env,
@@ -34,42 +25,6 @@ from tests.crash.workload import (
     write_plan,
 )
 
-DEFAULT_CASES = 10
-# Leftovers of a known acode bug, tolerated by the random cases so that they keep
-# hunting for other bugs; test_kill_resume.py::test_kill_before_rename_leaves_no_temp_file
-# pins the bug. Remove this (and the .gitignore entry it makes) once that test passes.
-KNOWN_LEFTOVERS = (TEMP_PREFIX,)
-_KNOWN_LEFTOVERS_IGNORED = tuple(f"{prefix}*" for prefix in KNOWN_LEFTOVERS)
-
-
-def _int_setting(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise pytest.UsageError(f"{name}={raw!r} is not an integer") from None
-
-
-CASES = _int_setting("ACODE_CRASH_CASES", DEFAULT_CASES)
-SEED = _int_setting("ACODE_CRASH_SEED", random.SystemRandom().randrange(1 << 32))
-if CASES < 1:
-    raise pytest.UsageError(f"ACODE_CRASH_CASES={CASES} must be at least 1")
-
-
-@dataclass
-class Tally:
-    """Kill points that landed (the process was alive when it died), over all cases."""
-
-    cases: int = 0
-    kills: int = 0
-    resumes: int = 0
-    by_how: dict[str, int] = field(default_factory=dict)
-
-
-TALLY = Tally()
-
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "crash_case" in metafunc.fixturenames:
@@ -78,23 +33,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if TALLY.cases:
-        how = ", ".join(f"{k} {v}" for k, v in sorted(TALLY.by_how.items()))
-        terminalreporter.write_line(
-            f"crash tests: seed {SEED}; {TALLY.cases} cases, {TALLY.kills} kills landed "
-            f"({how}), {TALLY.resumes} resumes. Replay: ACODE_CRASH_SEED={SEED}"
-        )
-
-
-@dataclass(frozen=True)
-class Reference:
-    """The uninterrupted run of the main plan, and what a case needs to repeat it."""
-
-    template: Path
-    plan_file: Path
-    env: dict[str, str]
-    files: dict[str, bytes]
-    git: GitState
-    pace: Pace
+        terminalreporter.write_line(TALLY.summary())
 
 
 @pytest.fixture(scope="session")
@@ -122,7 +61,7 @@ def crash_env(crash_root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def reference(crash_root: Path, crash_env: dict[str, str]) -> Reference:
-    template = build_template(crash_root / "template", crash_env, ignore=_KNOWN_LEFTOVERS_IGNORED)
+    template = build_template(crash_root / "template", crash_env, ignore=known_leftovers_ignored())
     plan_file = write_plan(MAIN_PLAN, crash_root / "plan.yaml")
     ws = crash_root / "reference"
     shutil.copytree(template, ws, symlinks=True)

@@ -136,14 +136,14 @@ def aim(draw: KillDraw, pace: Pace, remaining: Sequence[str], total: int) -> Kil
     that most kills land while it works (startup included) rather than after its end:
     a kill that misses lets the process finish the session, which ends the case."""
     left = max(len(remaining), 1) / total
-    if draw.how == "timed":
+    if draw.how == "timed" or not remaining:
         expected = pace.startup + pace.steps * left
         return Kill("timed", draw.orphans, delay=draw.where * _AIM_SHORT * expected)
     expected = pace.event_counts.get(draw.point.name, 0) * left if draw.point else 0.0
     if draw.how == "event" and draw.point is not None and expected >= 1:
         return Kill("event", draw.orphans, point=draw.point, nth=1 + int(draw.where * expected))
     # A step kill, also for an event the remaining steps are unlikely to meet.
-    anchor = remaining[int(draw.where * len(remaining))] if remaining else None
+    anchor = remaining[int(draw.where * len(remaining))]
     return Kill("step", draw.orphans, delay=draw.jitter, anchor=anchor)
 
 

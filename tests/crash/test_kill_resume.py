@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.crash.conftest import KNOWN_LEFTOVERS, Reference, Tally
+from tests.crash.harness import KNOWN_LEFTOVERS, Reference, Tally
 from tests.crash.killing import (
     EventPoint,
     Invocation,
@@ -166,15 +166,8 @@ def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(
             *(f"  {i + 1}. {inv.describe()}" for i, inv in enumerate(invocations)),
         ]
     )
-    landed = [inv for inv in invocations if inv.killed]
-    tally.cases += 1
-    tally.kills += len(landed)
-    tally.resumes += sum(1 for inv in invocations if inv.argv[1] == "resume")
-    for inv in landed:
-        assert inv.kill is not None
-        tally.by_how[inv.kill.how] = tally.by_how.get(inv.kill.how, 0) + 1
+    tally.record(invocations)
 
-    print(context)
     final = invocations[-1]
     # 15: a killed process had already recorded COMPLETED; checked below like any other end.
     assert final.returncode in (0, EXIT_TERMINAL), context

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from acode.domain.config import AcodeConfig
 from acode.domain.plan import StepKind
+from acode.store.records import FileRow
 
 if TYPE_CHECKING:
     from acode.store.sqlite_store import SqliteStore
@@ -71,6 +72,7 @@ class Outcome:
     result: Any
     blobs: tuple[tuple[str, bytes], ...] = ()
     messages: tuple[tuple[str, dict[str, Any]], ...] = ()
+    files: tuple[FileRow, ...] = ()  # workspace files as the step left them
 
 
 class RecoveryAction(StrEnum):

@@ -7,10 +7,17 @@ from typing import Any
 
 from acode.domain.plan import StepKind
 from acode.errors import StepFailedError
-from acode.runtime.files import atomic_write, resolve_in_workspace, sha256_bytes, sha256_file
+from acode.runtime.files import (
+    atomic_write,
+    resolve_in_workspace,
+    sha256_bytes,
+    sha256_file,
+    stat_file,
+)
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
+from acode.store.records import FileRow
 
-__all__ = ["EditStep", "ReadStep", "WriteStep", "restore_image"]
+__all__ = ["EditStep", "ReadStep", "WriteStep", "observe", "restore_image"]
 
 
 def _read_bytes(env: StepEnv, path: str) -> bytes | None:
@@ -21,6 +28,16 @@ def _read_bytes(env: StepEnv, path: str) -> bytes | None:
         return None
     except IsADirectoryError as exc:
         raise StepFailedError(f"{path} is a directory, not a file") from exc
+
+
+def observe(env: StepEnv, path: str, sha: str | None = None) -> FileRow:
+    """The file as it is now, for the environment check of a later resume. ``sha``
+    saves re-reading a file whose content the caller just handled."""
+    target = resolve_in_workspace(env.ctx.workspace, path)
+    stat = stat_file(target)
+    if stat is None:
+        return FileRow(path, None, None, None)
+    return FileRow(path, sha or sha256_file(target), stat.size, stat.mtime_ns)
 
 
 def restore_image(env: StepEnv, path: str, sha: str | None) -> None:
@@ -52,7 +69,11 @@ class ReadStep:
                 hint="check the path; paths are relative to the workspace",
             )
         sha = sha256_bytes(data)
-        return Outcome({"path": self.path, "sha256": sha, "size": len(data)}, blobs=((sha, data),))
+        return Outcome(
+            {"path": self.path, "sha256": sha, "size": len(data)},
+            blobs=((sha, data),),
+            files=(observe(env, self.path, sha),),
+        )
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         return Recovery(RecoveryAction.RETRY, "reads are simply read again")

@@ -15,7 +15,7 @@ from acode.errors import StepFailedError
 from acode.runtime.files import expand_globs, resolve_in_workspace, sha256_bytes, sha256_file
 from acode.runtime.process import CommandResult, run_command
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
-from acode.runtime.steps.file_steps import restore_image
+from acode.runtime.steps.file_steps import observe, restore_image
 
 __all__ = ["RunStep"]
 
@@ -75,7 +75,8 @@ class RunStep:
                 f"`{self.command}` exited with status {result.exit_code}"
                 + (f":\n{tail}" if tail else "")
             )
-        return Outcome(result.to_json())
+        files = tuple(observe(env, rel) for rel in expand_globs(env.ctx.workspace, self.paths))
+        return Outcome(result.to_json(), files=files)
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         if self.check:

@@ -78,7 +78,10 @@ SELECT_CHECKPOINTS = (
     "SELECT id, seq, summary, head, signature, created_at FROM checkpoints WHERE sid = ?"
     " ORDER BY id DESC"
 )
-UPSERT_FILE = "INSERT OR REPLACE INTO files (sid, path, sha256, size, mtime_ns, seq) VALUES (?, ?, ?, ?, ?, ?)"
+UPSERT_FILE = (
+    "INSERT OR REPLACE INTO files (sid, path, sha256, size, mtime_ns, seq)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
 SELECT_FILES = "SELECT path, sha256, size, mtime_ns FROM files WHERE sid = ? ORDER BY path"
 INSERT_MESSAGE = "INSERT INTO messages (sid, idx, role, content, seq) VALUES (?, ?, ?, ?, ?)"
 SELECT_MESSAGES = "SELECT idx, role, content, seq FROM messages WHERE sid = ? ORDER BY idx"

@@ -9,16 +9,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 from acode.domain.config import AcodeConfig
 from acode.domain.continuation import ContinuationPlan, plan_continuation
 from acode.domain.events import EventType
-from acode.domain.plan import Plan
-from acode.domain.reducer import SessionSummary
+from acode.domain.plan import Plan, StepKind
+from acode.domain.reducer import SessionSummary, StepStatus
 from acode.domain.states import SessionState, is_terminal
-from acode.errors import NothingToResumeError, SessionNotFoundError, TerminalStateError
+from acode.errors import (
+    EnvironmentValidationError,
+    NothingToResumeError,
+    SessionNotFoundError,
+    TerminalStateError,
+)
+from acode.resume.environment import (
+    EnvironmentReport,
+    changed_files,
+    check_model,
+    config_changes,
+)
 from acode.runtime.catalog import find_session, recorded_config, recorded_plan, resumable_sessions
 from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.interrupts import Interrupts
@@ -31,7 +43,13 @@ from acode.security.signing import load_signer
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
 
-__all__ = ["ResumePreview", "preview_resume", "resume_session", "select_for_resume"]
+__all__ = [
+    "ChangedFilesAction",
+    "ResumePreview",
+    "preview_resume",
+    "resume_session",
+    "select_for_resume",
+]
 
 
 @dataclass(frozen=True)
@@ -41,6 +59,7 @@ class ResumePreview:
     checkpoint_id: int
     plan: Plan | None
     continuation: ContinuationPlan | None
+    environment: EnvironmentReport | None = None
 
     def log_record(self) -> dict[str, object]:
         """The `session_resume` record of the specification."""
@@ -57,7 +76,7 @@ class ResumePreview:
             "remaining_steps": remaining,
             "in_progress_action": c.in_progress_action if c else None,
             "sync_status": "local",
-            "environment_valid": True,
+            "environment_valid": self.environment.valid if self.environment else None,
         }
 
 
@@ -98,18 +117,103 @@ def _preview(store: SqliteStore, row: SessionRow, journal: Journal) -> ResumePre
     return ResumePreview(row, journal.summary, journal.checkpoint_id, plan, continuation)
 
 
+def _needs_model(store: SqliteStore, preview: ResumePreview) -> bool:
+    """Whether the rest of the session talks to the model."""
+    plan, c = preview.plan, preview.continuation
+    if plan is None or c is None:
+        return bool(store.messages(preview.row.sid))
+    remaining = {c.in_progress, *c.pending_steps}
+    return any(s.kind is StepKind.MODEL and s.id in remaining for s in plan.steps())
+
+
+def _in_progress_paths(store: SqliteStore, row: SessionRow) -> frozenset[str]:
+    """Files the interrupted step was changing: its own recovery handles them."""
+    paths: set[str] = set()
+    for step in store.steps(row.sid):
+        if step.status in (StepStatus.IN_PROGRESS, StepStatus.ROLLED_BACK):
+            started = store.event(row, step.event_seq).payload
+            started = started.get("started", started)
+            if isinstance(started.get("path"), str):
+                paths.add(started["path"])
+            paths.update(started.get("snapshot") or {})
+    return frozenset(paths)
+
+
+def _environment(
+    store: SqliteStore, ws: Workspace, preview: ResumePreview, config: AcodeConfig
+) -> EnvironmentReport:
+    row = preview.row
+    exists = ws.root.is_dir()
+    checked, changed = (
+        changed_files(ws.root, store.files(row.sid), ignore=_in_progress_paths(store, row))
+        if exists
+        else (0, [])
+    )
+    model = None
+    if _needs_model(store, preview):
+        model = check_model(config, min(config.resume.validation_timeout_seconds, 5.0))
+    return EnvironmentReport(
+        workspace=str(ws.root),
+        workspace_exists=exists,
+        files_checked=checked,
+        changed=tuple(changed),
+        config=tuple(config_changes(recorded_config(row), ws.config)),
+        model=model,
+    )
+
+
 def preview_resume(
     id_or_prefix: str | None = None, workspace: Path | str = ".", *, clock: Clock | None = None
 ) -> ResumePreview:
-    """What `resume` would do, without taking the lock or writing anything."""
+    """What `resume` would do, with the environment report; no lock, no writes."""
     ws = open_workspace(workspace)
     store = open_store(ws.paths.db, ws.config.durability)
     try:
         row = select_for_resume(store, id_or_prefix)
         journal = Journal.load(store, row, clock or SystemClock(), load_signer())
-        return _preview(store, row, journal)
+        preview = _preview(store, row, journal)
+        return replace(preview, environment=_environment(store, ws, preview, ws.config))
     finally:
         store.close()
+
+
+ChangedFilesAction = Literal["prompt", "continue", "abort"]
+
+
+def _judge(
+    preview: ResumePreview,
+    *,
+    force: bool,
+    action: ChangedFilesAction,
+    ask: Callable[[ResumePreview], bool] | None,
+) -> None:
+    """Refuse, with everything found, unless it is safe or the person said go on."""
+    env = preview.environment
+    if env is None:
+        return
+    short = preview.row.short_id
+    if env.problems():
+        raise EnvironmentValidationError(
+            f"cannot resume session {short}: " + "; ".join(env.problems()),
+            hint="fix what is listed, then run `acode resume` again; nothing was changed",
+        )
+    if env.config and not force:
+        changes = ", ".join(f"{c.key}: {c.recorded!r} -> {c.current!r}" for c in env.config)
+        raise EnvironmentValidationError(
+            f"the configuration changed since session {short} started: {changes}",
+            hint="restore .agent/config.yml, or resume with --force to continue with the "
+            "new configuration",
+        )
+    if not env.changed or action == "continue":
+        return
+    if action == "prompt" and ask is not None and ask(preview):
+        return
+    listing = "; ".join(f"{c.path} ({c.change.value})" for c in env.changed)
+    raise EnvironmentValidationError(
+        f"files of session {short} changed since it stopped: {listing}",
+        hint="review them (`acode resume --dry-run`), then resume with --continue-on-changes, "
+        "or restore them; nothing was changed",
+    )
 
 
 def resume_session(
@@ -122,6 +226,9 @@ def resume_session(
     strategy: InProgressStrategy | None = None,
     clock: Clock | None = None,
     on_preview: Callable[[ResumePreview], None] | None = None,
+    force: bool = False,
+    changed_files_action: ChangedFilesAction | None = None,
+    ask_about_changes: Callable[[ResumePreview], bool] | None = None,
 ) -> Session:
     """Continue a session in a new process; completed steps replay from the record."""
     clock = clock or SystemClock()
@@ -135,9 +242,19 @@ def resume_session(
         cleanup.callback(lock.release)
         row = store.session(row.id)  # it may have moved on while we took the lock
         _refuse_terminal(row)
-        config: AcodeConfig = recorded_config(row)
+        recorded = recorded_config(row)
         journal = Journal.load(store, row, clock, signer)
         preview = _preview(store, row, journal)
+        # With --force the person chose the configuration as it is now.
+        config = ws.config if force else recorded
+        if config.resume.validate_environment:
+            preview = replace(preview, environment=_environment(store, ws, preview, config))
+        _judge(
+            preview,
+            force=force,
+            action=changed_files_action or config.resume.changed_files_action,
+            ask=ask_about_changes,
+        )
         if on_preview is not None:
             on_preview(preview)
         # Every check is done: only now is anything written.

@@ -279,7 +279,8 @@ class Session:
             started = self._started_record(record)
             recovery = action.recover(env, started)
             if recovery.action is RecoveryAction.ALREADY_DONE:
-                self._finish(env, input_hash, Outcome(recovery.result), recovered=True)
+                outcome = Outcome(recovery.result, files=recovery.files)
+                self._finish(env, input_hash, outcome, recovered=True)
                 self.observer.on_step(notice(StepPhase.RECOVERED, recovery.detail))
                 return action.value(env, recovery.result)
             if recovery.action is RecoveryAction.ROLLBACK_AND_RETRY:

@@ -150,7 +150,7 @@ def test_a_database_from_a_newer_acode_is_refused_untouched(acode: Cli) -> None:
     conn.close()
     before = _fingerprint(db)
 
-    commands = [["session", "list"], ["status"], ["resume"], ["run", "plan.yml"]]
+    commands = [["session", "list"], ["resume"], ["run", "plan.yml"]]
 
     for result in acode.many(commands, expect=1):
         assert result.flat_err.startswith(
@@ -163,7 +163,7 @@ def test_a_database_from_a_newer_acode_is_refused_untouched(acode: Cli) -> None:
 def test_a_missing_workspace_is_a_usage_error(acode: Cli) -> None:
     acode.write("plan.yml", TINY)
     missing = acode.workspace / "nope"
-    commands = [["run", "plan.yml"], ["session", "list"], ["status"], ["resume"]]
+    commands = [["run", "plan.yml"], ["session", "list"], ["resume"]]
 
     results = acode.many([[*c, "--workspace", str(missing)] for c in commands], expect=2)
 

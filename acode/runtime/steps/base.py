@@ -87,6 +87,7 @@ class Recovery:
     detail: str
     result: Any = None
     restored: tuple[str, ...] = ()
+    files: tuple[FileRow, ...] = ()
 
 
 class StepAction(Protocol):

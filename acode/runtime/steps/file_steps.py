@@ -110,7 +110,8 @@ class _Replace:
                 "sha256": post_sha,
                 "size": len(data),
                 "pre": prepared.record["pre"],
-            }
+            },
+            files=(observe(env, self.path, post_sha),),
         )
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
@@ -122,6 +123,7 @@ class _Replace:
                 RecoveryAction.ALREADY_DONE,
                 f"{self.path} already has the expected content",
                 result={"path": self.path, "sha256": post, "size": size, "pre": pre},
+                files=(observe(env, self.path, post),),
             )
         if current == pre:
             return Recovery(RecoveryAction.RETRY, f"{self.path} is untouched; writing it again")

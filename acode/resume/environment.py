@@ -1,0 +1,188 @@
+"""Environment validation: is it safe to continue this session here and now?
+
+Checked before anything is written: the workspace exists; every file the session read
+or wrote is as the session left it (size and mtime first, a hash only when those
+differ, so 10,000 unchanged files cost 10,000 stats); the configured model answers and
+lists the model, when steps still need it; the configuration equals the one the session
+started with.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from acode.domain.config import AcodeConfig, config_to_dict
+from acode.errors import AcodeError
+from acode.runtime.files import sha256_file, stat_file
+from acode.store.records import FileRow
+
+__all__ = [
+    "Change",
+    "ChangedFile",
+    "ConfigChange",
+    "EnvironmentReport",
+    "ModelCheck",
+    "changed_files",
+    "check_model",
+    "config_changes",
+    "diff_against_record",
+]
+
+
+class Change(StrEnum):
+    MODIFIED = "Modified"
+    DELETED = "Deleted"
+    CREATED = "Created"
+
+
+@dataclass(frozen=True)
+class ChangedFile:
+    path: str
+    change: Change
+    modified_ns: int | None  # when it changed (its mtime); None when it is gone
+    recorded_sha: str | None
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    key: str
+    recorded: object
+    current: object
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    base_url: str
+    name: str
+    problem: str | None  # None: reachable and the model is listed
+
+
+@dataclass(frozen=True)
+class EnvironmentReport:
+    workspace: str
+    workspace_exists: bool
+    files_checked: int = 0
+    changed: tuple[ChangedFile, ...] = ()
+    config: tuple[ConfigChange, ...] = ()
+    model: ModelCheck | None = None
+
+    @property
+    def valid(self) -> bool:
+        """Nothing at all differs from what the session left."""
+        return not self.problems() and not self.changed and not self.config
+
+    def problems(self) -> list[str]:
+        """What stops a resume whatever the person decides."""
+        found = []
+        if not self.workspace_exists:
+            found.append(f"the workspace {self.workspace} does not exist")
+        if self.model is not None and self.model.problem:
+            found.append(self.model.problem)
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workspace": self.workspace,
+            "workspace_exists": self.workspace_exists,
+            "files_checked": self.files_checked,
+            "changed_files": [
+                {"path": c.path, "change": c.change.value, "modified_ns": c.modified_ns}
+                for c in self.changed
+            ],
+            "config_changes": [
+                {"key": c.key, "recorded": c.recorded, "current": c.current} for c in self.config
+            ],
+            "model": None
+            if self.model is None
+            else {
+                "base_url": self.model.base_url,
+                "name": self.model.name,
+                "problem": self.model.problem,
+            },
+            "valid": self.valid,
+        }
+
+
+def changed_files(
+    workspace: Path, recorded: Iterable[FileRow], *, ignore: frozenset[str] = frozenset()
+) -> tuple[int, list[ChangedFile]]:
+    """(files checked, the ones that differ from the record)."""
+    checked, changed = 0, []
+    for row in recorded:
+        if row.path in ignore:
+            continue
+        checked += 1
+        target = workspace / row.path
+        stat = stat_file(target)
+        if stat is None:
+            if row.sha256 is not None:
+                changed.append(ChangedFile(row.path, Change.DELETED, None, row.sha256))
+            continue
+        if row.sha256 is None:
+            changed.append(ChangedFile(row.path, Change.CREATED, stat.mtime_ns, None))
+            continue
+        if stat.size == row.size and stat.mtime_ns == row.mtime_ns:
+            continue  # unchanged without reading it
+        if sha256_file(target) != row.sha256:
+            changed.append(ChangedFile(row.path, Change.MODIFIED, stat.mtime_ns, row.sha256))
+    return checked, changed
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def config_changes(recorded: AcodeConfig, current: AcodeConfig) -> list[ConfigChange]:
+    before = _flatten(config_to_dict(recorded))
+    after = _flatten(config_to_dict(current))
+    return [
+        ConfigChange(key, before.get(key), after.get(key))
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key)
+    ]
+
+
+def check_model(config: AcodeConfig, timeout: float) -> ModelCheck:
+    from acode.runtime.model_client import list_models
+
+    settings = config.model
+    try:
+        names = list_models(settings, timeout=timeout)
+    except AcodeError as exc:
+        return ModelCheck(settings.base_url, settings.name, f"model server: {exc.message}")
+    if settings.name not in names:
+        shown = ", ".join(names[:8]) or "none"
+        return ModelCheck(
+            settings.base_url,
+            settings.name,
+            f"the model {settings.name!r} is not served at {settings.base_url} (it serves: "
+            f"{shown}); for Ollama run `ollama pull {settings.name}`",
+        )
+    return ModelCheck(settings.base_url, settings.name, None)
+
+
+def diff_against_record(workspace: Path, change: ChangedFile, recorded: bytes | None) -> str:
+    """A unified diff from the content the session recorded to the file as it is now."""
+    if recorded is None:
+        return f"(no recorded content for {change.path}: only its hash was kept)\n"
+    target = workspace / change.path
+    now = target.read_bytes() if target.is_file() else b""
+    lines = difflib.unified_diff(
+        recorded.decode("utf-8", errors="replace").splitlines(keepends=True),
+        now.decode("utf-8", errors="replace").splitlines(keepends=True),
+        fromfile=f"{change.path} (recorded)",
+        tofile=f"{change.path} (now)",
+    )
+    return "".join(lines) or f"(no textual difference in {change.path})\n"

@@ -1,0 +1,121 @@
+"""Environment validation before resume: changed files, configuration, the model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import acode
+from acode.domain.config import AcodeConfig, ModelSettings
+from acode.errors import EnvironmentValidationError
+from acode.resume.environment import Change
+from acode.resume.service import ResumePreview, preview_resume
+from tests.support.fake_openai import FakeOpenAI
+
+
+def _session_with_files(ws: Path) -> str:
+    (ws / "kept.txt").write_text("kept\n")
+    s = acode.open_session("t", workspace=ws)
+    s.write("w", "written.txt", "mine\n")
+    s.read("r", "kept.txt")
+    s.write("w2", "doomed.txt", "bye\n")
+    s.pause("test")
+    s.close()
+    return s.id
+
+
+def test_an_untouched_workspace_is_valid(workspace: Path) -> None:
+    sid = _session_with_files(workspace)
+    preview = preview_resume(sid, workspace)
+    assert preview.environment is not None
+    assert preview.environment.valid
+    assert preview.environment.files_checked == 3
+    acode.resume_session(sid, workspace=workspace).close()
+
+
+def test_modified_deleted_and_recreated_files_are_reported(workspace: Path) -> None:
+    sid = _session_with_files(workspace)
+    (workspace / "written.txt").write_text("someone else\n")
+    (workspace / "doomed.txt").unlink()
+    preview = preview_resume(sid, workspace)
+    assert preview.environment is not None
+    changes = {c.path: c.change for c in preview.environment.changed}
+    assert changes == {"written.txt": Change.MODIFIED, "doomed.txt": Change.DELETED}
+    assert preview.log_record()["environment_valid"] is False
+
+
+def test_a_touched_but_identical_file_is_not_a_change(workspace: Path) -> None:
+    sid = _session_with_files(workspace)
+    os.utime(workspace / "written.txt", (1, 1))  # new mtime, same content: hashed, equal
+    preview = preview_resume(sid, workspace)
+    assert preview.environment is not None
+    assert preview.environment.changed == ()
+
+
+def test_changed_files_abort_by_default_without_anyone_to_ask(workspace: Path) -> None:
+    sid = _session_with_files(workspace)
+    (workspace / "written.txt").write_text("someone else\n")
+    with pytest.raises(EnvironmentValidationError, match=r"written\.txt \(Modified\)") as info:
+        acode.resume_session(sid, workspace=workspace)
+    assert info.value.exit_code == 17
+    # Nothing was written: the session is exactly as it was.
+    assert preview_resume(sid, workspace).summary.resumes == 0
+
+
+def test_the_person_may_continue_or_abort(workspace: Path) -> None:
+    sid = _session_with_files(workspace)
+    (workspace / "written.txt").write_text("someone else\n")
+    seen: list[ResumePreview] = []
+
+    def no(preview: ResumePreview) -> bool:
+        seen.append(preview)
+        return False
+
+    with pytest.raises(EnvironmentValidationError):
+        acode.resume_session(sid, workspace=workspace, ask_about_changes=no)
+    assert len(seen) == 1
+    acode.resume_session(sid, workspace=workspace, ask_about_changes=lambda p: True).close()
+
+
+def test_continue_action_proceeds(workspace: Path) -> None:
+    sid = _session_with_files(workspace)
+    (workspace / "written.txt").write_text("someone else\n")
+    acode.resume_session(sid, workspace=workspace, changed_files_action="continue").close()
+
+
+def test_a_changed_configuration_is_refused_unless_forced(workspace: Path) -> None:
+    sid = _session_with_files(workspace)
+    (workspace / ".agent" / "config.yml").write_text("run:\n  default_timeout_seconds: 5\n")
+    with pytest.raises(EnvironmentValidationError, match=r"run\.default_timeout_seconds"):
+        acode.resume_session(sid, workspace=workspace)
+    with acode.resume_session(sid, workspace=workspace, force=True) as r:
+        assert r.config.run.default_timeout_seconds == 5
+
+
+def test_an_unavailable_model_is_reported_before_anything_runs(workspace: Path) -> None:
+    with FakeOpenAI(models=["other-model"]) as fake:
+        config = AcodeConfig(model=ModelSettings(base_url=fake.base_url, name="fake-model"))
+        s = acode.open_session("t", workspace=workspace, config=config)
+        fake.script(["hi"])
+        s.model("m", "hello")  # the session talks to a model
+        s.pause("test")
+        s.close()
+        with pytest.raises(EnvironmentValidationError, match="ollama pull fake-model"):
+            acode.resume_session(s.id, workspace=workspace)
+
+
+def test_ten_thousand_unchanged_files_are_checked_by_stat_alone(workspace: Path) -> None:
+    from acode.resume.environment import changed_files
+    from acode.store.records import FileRow
+
+    rows = []
+    for i in range(2000):
+        path = workspace / f"f{i}.txt"
+        path.write_text("x")
+        st = path.stat()
+        # A wrong hash proves no file was read: unchanged size and mtime are trusted.
+        rows.append(FileRow(path.name, "0" * 64, st.st_size, st.st_mtime_ns))
+    checked, changed = changed_files(workspace, rows)
+    assert (checked, changed) == (2000, [])

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from acode.errors import AcodeError, UsageError
+
+if TYPE_CHECKING:
+    from acode.resume.service import ChangedFilesAction
 
 __all__ = ["app", "main"]
 
@@ -114,11 +117,28 @@ def resume(
             "retry or prompt.",
         ),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Resume even though the configuration changed; use the new one."
+        ),
+    ] = False,
+    continue_on_changes: Annotated[
+        bool,
+        typer.Option(
+            "--continue-on-changes", help="Go on when files the session touched have changed."
+        ),
+    ] = False,
+    abort_on_changes: Annotated[
+        bool,
+        typer.Option("--abort-on-changes", help="Stop (exit 17) when such files have changed."),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Continue an interrupted session exactly where it stopped."""
     from acode.cli.driver import drive_plan, terminal_approver
     from acode.cli.progress import choose_observer
+    from acode.cli.prompts import changed_files_prompt
     from acode.cli.views import print_preview
     from acode.resume.service import ResumePreview, preview_resume, resume_session
     from acode.runtime.interrupts import Interrupts
@@ -150,11 +170,20 @@ def resume(
             interrupts=interrupts,
             strategy=chosen,
             on_preview=shown,
+            force=force,
+            changed_files_action=_changes_action(continue_on_changes, abort_on_changes),
+            ask_about_changes=changed_files_prompt(ws),
         )
         plan = previews[0].plan
         assert plan is not None
         code = drive_plan(session, plan, as_json=as_json)
     raise typer.Exit(code)
+
+
+def _changes_action(go_on: bool, stop: bool) -> ChangedFilesAction | None:
+    if go_on and stop:
+        raise UsageError("--continue-on-changes and --abort-on-changes exclude each other")
+    return "continue" if go_on else "abort" if stop else None
 
 
 def _strategy(value: str | None) -> Strategy | None:

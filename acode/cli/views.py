@@ -191,12 +191,43 @@ def _where(preview: ResumePreview) -> str:
 
 def preview_json(preview: ResumePreview) -> dict[str, Any]:
     data = preview.log_record()
+    if preview.environment is not None:
+        data["environment"] = preview.environment.to_dict()
     data["state"] = preview.summary.state.value
     data["title"] = preview.row.title
     data["resume_at"] = _where(preview)
     if preview.continuation is not None:
         data["continuation"] = preview.continuation.to_dict()
     return data
+
+
+def environment_lines(preview: ResumePreview) -> list[str]:
+    """The environment report as the manual shows it."""
+    env = preview.environment
+    if env is None:
+        return ["Environment validation: off (resume.validate_environment: false)"]
+    mark = {True: "✓", False: "✗"}
+    lines = [
+        "Validating environment...",
+        f"  {mark[env.workspace_exists]} Working directory exists",
+        f"  {mark[not env.changed]} Files the session touched: {env.files_checked} checked"
+        + (f", {len(env.changed)} changed" if env.changed else ", unchanged"),
+    ]
+    now = _now_us()
+    for change in env.changed:
+        when = f", {ago(change.modified_ns // 1000, now)}" if change.modified_ns else ""
+        lines.append(f"    - {change.path} ({change.change.value.lower()}{when})")
+    if env.model is not None:
+        ok = env.model.problem is None
+        lines.append(
+            f"  {mark[ok]} Model {env.model.name} "
+            + ("available" if ok else f"unavailable: {env.model.problem}")
+        )
+    lines.append(
+        f"  {mark[not env.config]} Configuration "
+        + ("unchanged" if not env.config else "changed: " + ", ".join(c.key for c in env.config))
+    )
+    return lines
 
 
 def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> None:
@@ -218,6 +249,7 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
         if c is not None and c.in_progress:
             lines.append(f"  In progress: {c.in_progress} ({c.in_progress_action})")
         lines.append("  Sync status: local only")
+        lines += environment_lines(preview)
     else:
         lines = [
             f"Resuming session {short}: {preview.row.title}",
@@ -234,6 +266,8 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
             if c.in_progress:
                 lines.append(f"  In progress: {c.in_progress} -> {c.in_progress_action}")
         lines.append(f"  Starting from: {_where(preview)} ({remaining} steps remaining)")
+        if preview.environment is not None and not preview.environment.valid:
+            lines += environment_lines(preview)
     console = out_console()
     for line in lines:
         console.print(line, markup=False)

@@ -1,0 +1,57 @@
+"""Questions asked on the terminal during resume: what to do about changed files."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from acode.cli.console import err_console, out_console
+from acode.cli.views import environment_lines
+from acode.errors import StorageError
+from acode.resume.environment import diff_against_record
+from acode.resume.service import ResumePreview
+from acode.runtime.inspection import read_store
+from acode.security.redaction import redact
+
+__all__ = ["changed_files_prompt"]
+
+
+def changed_files_prompt(workspace: Path) -> Callable[[ResumePreview], bool]:
+    """[C]ontinue / [A]bort / [V]iew changes; no terminal means abort."""
+
+    def ask(preview: ResumePreview) -> bool:
+        if not sys.stdin.isatty():
+            return False
+        from rich.prompt import Prompt
+
+        console = out_console()
+        for line in environment_lines(preview):
+            console.print(line, markup=False)
+        console.print("The session was working on these files. Changes may conflict.")
+        while True:
+            choice = Prompt.ask(
+                "[C]ontinue anyway, [A]bort, [V]iew changes",
+                choices=["c", "a", "v"],
+                default="a",
+                console=err_console(),
+            )
+            if choice != "v":
+                return choice == "c"
+            _show_diffs(workspace, preview)
+
+    return ask
+
+
+def _show_diffs(workspace: Path, preview: ResumePreview) -> None:
+    assert preview.environment is not None
+    console = out_console()
+    with read_store(workspace) as store:
+        for change in preview.environment.changed:
+            recorded = None
+            if store is not None and change.recorded_sha is not None:
+                try:
+                    recorded = store.blob(change.recorded_sha)
+                except StorageError:
+                    recorded = None
+            console.print(redact(diff_against_record(workspace, change, recorded)), markup=False)

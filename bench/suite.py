@@ -76,6 +76,9 @@ class Results:
     def median_us(self, steps: int, key: str) -> float:
         return statistics.median(self.per_step_us[(steps, key)])
 
+    def ratio(self, steps: int, key: str, base: str = "bare-full") -> float:
+        return statistics.median(self.ratios(steps, key, base))
+
     def ratios(self, steps: int, key: str, base: str = "bare-full") -> list[float]:
         """Per-round ratios: each round's value over the baseline it ran beside."""
         pairs = zip(self.per_step_us[(steps, key)], self.per_step_us[(steps, base)], strict=True)

@@ -4,7 +4,6 @@ and the checkpoint key lives in the test's own config directory, never the user'
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 @pytest.fixture(autouse=True)
 def clean_environ(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[None]:
+) -> None:
     for name in list(os.environ):
         if name.startswith("ACODE_"):
             monkeypatch.delenv(name)
@@ -25,7 +24,6 @@ def clean_environ(
         "GIT_COMMITTER_EMAIL": "tests@acode.invalid",
     }.items():
         monkeypatch.setenv(var, value)
-    yield
 
 
 @pytest.fixture

@@ -133,6 +133,14 @@ def resume(
         bool,
         typer.Option("--abort-on-changes", help="Stop (exit 17) when such files have changed."),
     ] = False,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Replay the whole history from the first event and compare it with the "
+            "checkpoints before resuming.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Continue an interrupted session exactly where it stopped."""
@@ -146,7 +154,8 @@ def resume(
     ws = _workspace(workspace)
     chosen = _strategy(strategy)
     if dry_run:
-        print_preview(preview_resume(session_id, ws), dry_run=True, as_json=as_json)
+        preview = preview_resume(session_id, ws, verify=verify)
+        print_preview(preview, dry_run=True, as_json=as_json)
         raise typer.Exit(0)
     previews: list[ResumePreview] = []
 
@@ -173,6 +182,7 @@ def resume(
             force=force,
             changed_files_action=_changes_action(continue_on_changes, abort_on_changes),
             ask_about_changes=changed_files_prompt(ws),
+            verify=verify,
         )
         plan = previews[0].plan
         assert plan is not None
@@ -259,6 +269,16 @@ def session_unlock(
     from acode.cli import inspect
 
     inspect.session_unlock(_workspace(workspace), session_id, force)
+
+
+@session_app.command("discard")
+def session_discard(
+    session_id: SessionArgument, workspace: WorkspaceOption = None, as_json: JsonOption = False
+) -> None:
+    """Give up on a resumable session: it leaves the resumable list, its history stays."""
+    from acode.cli import inspect
+
+    inspect.session_discard(_workspace(workspace), session_id, as_json)
 
 
 @app.command()

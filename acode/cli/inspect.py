@@ -14,9 +14,17 @@ from acode.cli.views import (
 )
 from acode.domain.states import SessionState, is_resumable
 from acode.errors import NothingToResumeError, SessionNotFoundError
-from acode.runtime.inspection import read_store, session_detail, session_events, unlock_session
+from acode.runtime.inspection import read_store, session_detail, session_events
+from acode.runtime.maintenance import discard_session, unlock_session
 
-__all__ = ["session_history", "session_list", "session_show", "session_unlock", "status"]
+__all__ = [
+    "session_discard",
+    "session_history",
+    "session_list",
+    "session_show",
+    "session_unlock",
+    "status",
+]
 
 
 def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
@@ -78,3 +86,15 @@ def session_unlock(workspace: Path, session_id: str, force: bool) -> None:
     owner = unlock_session(workspace, session_id, force=force)
     message = f"Removed the lock of {owner.describe()}." if owner else "The session was not locked."
     out_console().print(message, markup=False)
+
+
+def session_discard(workspace: Path, session_id: str, as_json: bool) -> None:
+    row = discard_session(workspace, session_id)
+    if as_json:
+        emit_json(session_json(row))
+        return
+    out_console().print(
+        f"Discarded session {row.short_id} ({row.title}); it no longer appears among the "
+        f"resumable sessions. Its history stays readable: acode session history {row.short_id}",
+        markup=False,
+    )

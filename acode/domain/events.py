@@ -28,6 +28,7 @@ class EventType(StrEnum):
     STEP_ROLLED_BACK = "step_rolled_back"
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_DECIDED = "approval_decided"
+    SESSION_DISCARDED = "session_discarded"
 
 
 def canonical_json(value: object) -> str:

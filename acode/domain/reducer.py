@@ -53,6 +53,7 @@ class SessionSummary:
     pending_approval: str | None = None
     resumes: int = 0
     reason: str | None = None
+    discarded: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         # Built by hand: this runs for every checkpoint, and dataclasses.asdict deep-copies.
@@ -71,6 +72,7 @@ class SessionSummary:
             "pending_approval": self.pending_approval,
             "resumes": self.resumes,
             "reason": self.reason,
+            "discarded": self.discarded,
         }
 
     @classmethod
@@ -125,6 +127,8 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
             return _at_step(s, event.seq, p, pending_approval=p["step"])
         case EventType.APPROVAL_DECIDED:
             return replace(s, seq=event.seq, pending_approval=None)
+        case EventType.SESSION_DISCARDED:
+            return replace(s, seq=event.seq, discarded=True)
         case EventType.SESSION_CREATED:
             raise _corrupt(event, "creates a session that already exists")
 

@@ -34,7 +34,7 @@ from acode.resume.environment import (
 from acode.runtime.catalog import find_session, recorded_config, recorded_plan, resumable_sessions
 from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.interrupts import Interrupts
-from acode.runtime.journal import Journal
+from acode.runtime.journal import Journal, verify_history
 from acode.runtime.lifecycle import Workspace, open_workspace, take_lock
 from acode.runtime.observer import Approver, Observer
 from acode.runtime.session import Session
@@ -95,6 +95,11 @@ def select_for_resume(store: SqliteStore, id_or_prefix: str | None) -> SessionRo
     except SessionNotFoundError as exc:
         raise NothingToResumeError(exc.message, hint=exc.hint) from exc
     _refuse_terminal(row)
+    if row.archived:
+        raise NothingToResumeError(
+            f"session {row.short_id} was discarded",
+            hint=f"its history stays readable: acode session history {row.short_id}",
+        )
     return row
 
 
@@ -163,14 +168,21 @@ def _environment(
 
 
 def preview_resume(
-    id_or_prefix: str | None = None, workspace: Path | str = ".", *, clock: Clock | None = None
+    id_or_prefix: str | None = None,
+    workspace: Path | str = ".",
+    *,
+    clock: Clock | None = None,
+    verify: bool = False,
 ) -> ResumePreview:
     """What `resume` would do, with the environment report; no lock, no writes."""
     ws = open_workspace(workspace)
     store = open_store(ws.paths.db, ws.config.durability)
     try:
         row = select_for_resume(store, id_or_prefix)
-        journal = Journal.load(store, row, clock or SystemClock(), load_signer())
+        signer = load_signer()
+        journal = Journal.load(store, row, clock or SystemClock(), signer)
+        if verify:
+            verify_history(store, row, signer)
         preview = _preview(store, row, journal)
         return replace(preview, environment=_environment(store, ws, preview, ws.config))
     finally:
@@ -229,6 +241,7 @@ def resume_session(
     force: bool = False,
     changed_files_action: ChangedFilesAction | None = None,
     ask_about_changes: Callable[[ResumePreview], bool] | None = None,
+    verify: bool = False,
 ) -> Session:
     """Continue a session in a new process; completed steps replay from the record."""
     clock = clock or SystemClock()
@@ -244,6 +257,8 @@ def resume_session(
         _refuse_terminal(row)
         recorded = recorded_config(row)
         journal = Journal.load(store, row, clock, signer)
+        if verify:
+            verify_history(store, row, signer)
         preview = _preview(store, row, journal)
         # With --force the person chose the configuration as it is now.
         config = ws.config if force else recorded

@@ -1,4 +1,4 @@
-"""Read-only views of a workspace's sessions, and lock maintenance."""
+"""Read-only views of a workspace's sessions."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 from acode.domain.events import Event, replay_order
 from acode.domain.reducer import SessionSummary, StepRecord
-from acode.errors import CheckpointError, ErrorCode, NothingToResumeError, SessionLockedError
+from acode.errors import CheckpointError, ErrorCode, NothingToResumeError
 from acode.runtime.catalog import find_session
 from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal
-from acode.runtime.locks import LockOwner, force_unlock, is_locked, read_owner
+from acode.runtime.locks import is_locked, read_owner
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
@@ -25,7 +25,6 @@ __all__ = [
     "read_store",
     "session_detail",
     "session_events",
-    "unlock_session",
 ]
 
 
@@ -87,21 +86,3 @@ def session_events(store: SqliteStore, id_or_prefix: str) -> list[Event]:
             code=ErrorCode.CHAIN_BROKEN,
         )
     return ordered
-
-
-def unlock_session(workspace: Path, id_or_prefix: str, *, force: bool) -> LockOwner | None:
-    """Remove the lock file; refuses while its holder runs unless ``force``."""
-    paths = StatePaths(workspace)
-    with read_store(workspace) as store:
-        if store is None:
-            raise NothingToResumeError("no sessions in this workspace")
-        row = find_session(store, id_or_prefix)
-    if is_locked(paths.locks, row.id) and not force:
-        owner = read_owner(paths.locks, row.id)
-        raise SessionLockedError(
-            f"session {row.short_id} is locked by "
-            f"{owner.describe() if owner else 'a running process'}, which is still running",
-            hint="stop that process (Ctrl+C pauses it cleanly); use --force only if you are "
-            "sure it no longer works on this session",
-        )
-    return force_unlock(paths.locks, row.id)

@@ -15,7 +15,7 @@ from typing import Any
 from acode.domain.chain import event_hash, genesis_hash
 from acode.domain.events import Event, EventType, canonical_json
 from acode.domain.ids import EventStamp, next_event_stamp
-from acode.domain.reducer import SessionSummary, StepRecord, fold, fold_all
+from acode.domain.reducer import SessionSummary, StepRecord, fold, fold_all, fold_step
 from acode.domain.states import SessionState
 from acode.errors import CheckpointError, ErrorCode
 from acode.runtime.clock import Clock
@@ -102,6 +102,7 @@ class Journal:
         blobs: Sequence[tuple[str, bytes]] = (),
         files: Sequence[FileRow] = (),
         checkpoint: bool = True,
+        archive: bool = False,
     ) -> list[Event]:
         """Append events (and what they project to) in one transaction. Each step row
         is pointed at the newest event of the write about its step, whose sequence
@@ -128,6 +129,7 @@ class Journal:
                 messages=self._message_rows(messages, last.seq),
                 blobs=blobs,
                 files=files,
+                archive=archive,
             ),
         )
         self.summary = summary
@@ -196,14 +198,55 @@ class Journal:
         )
 
 
-def verify_history(store: SqliteStore, row: SessionRow) -> SessionSummary:
-    """Fold the whole history from the first event, checking every link of the chain."""
-    events = store.events(row)
+def verify_history(
+    store: SqliteStore, row: SessionRow, signer: Signer | None = None
+) -> SessionSummary:
+    """Fold the whole history from the first event, checking every link of the chain,
+    every kept checkpoint (with ``signer``) and the `steps` projection; the first
+    divergence is reported as non-determinism, never papered over."""
+    checkpoints = {}
+    if signer is not None:
+        checkpoints = {
+            cp.seq: cp
+            for cp in store.checkpoints(row.sid)
+            if signer.verify(checkpoint_message(row.id, cp), cp.signature)
+        }
     tail = _Tail(None, genesis_hash(row.id), 0)
-    for event in events:
+    summary: SessionSummary | None = None
+    steps: dict[int, StepRecord] = {}
+    for event in store.events(row):
         _check_link(tail, event)
         tail = _Tail(EventStamp(event.ts_us, event.event_id), event.hash, event.seq)
-    return fold_all(events)
+        summary = fold(summary, event)
+        projected = fold_step(steps.get(event.payload.get("position", -1)), event)
+        if projected is not None:
+            steps[projected.position] = projected
+        cp = checkpoints.get(event.seq)
+        if cp is not None and canonical_json(summary.to_dict()) != cp.summary:
+            raise _diverged(row, event, f"checkpoint {cp.id} recorded a different state")
+    if summary is None:
+        raise CheckpointError(
+            f"session {row.short_id} has no events", code=ErrorCode.CHECKPOINT_NOT_FOUND
+        )
+    for recorded in store.steps(row.sid):
+        if steps.get(recorded.position) != recorded:
+            raise _diverged(
+                row,
+                store.event(row, recorded.event_seq),
+                f"the steps table says step {recorded.step_id!r} is {recorded.status.value}, "
+                "the events say otherwise",
+            )
+    return summary
+
+
+def _diverged(row: SessionRow, event: Event, what: str) -> CheckpointError:
+    return CheckpointError(
+        f"session {row.short_id}: replaying the history diverges at event {event.seq} "
+        f"({event.type.value}): {what}",
+        hint="the database was edited or acode has a bug; the history is kept unchanged "
+        "(`acode session history`); please report it",
+        code=ErrorCode.CHAIN_BROKEN,
+    )
 
 
 def _check_link(tail: _Tail, event: Event) -> None:

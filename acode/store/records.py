@@ -78,3 +78,4 @@ class Commit:
     messages: Sequence[MessageRow] = ()
     blobs: Sequence[tuple[str, bytes]] = field(default=())
     files: Sequence[FileRow] = ()
+    archive: bool = False  # take the session off the resumable list

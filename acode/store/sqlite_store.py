@@ -189,10 +189,6 @@ class SqliteStore:
         short = abbreviations([r.id for r in rows])
         return [replace(r, short_id=short[r.id]) for r in rows]
 
-    def archive(self, sid: int) -> None:
-        with atomic(self.conn) as conn:
-            conn.execute(ARCHIVE_SESSION, (sid,))
-
     # -- the write path -----------------------------------------------------------
 
     def commit(self, sid: int, commit: Commit) -> None:
@@ -245,6 +241,8 @@ class SqliteStore:
             )
         if c.state is not None:
             conn.execute(UPDATE_SESSION, (c.state, c.updated_at, sid))
+        if c.archive:
+            conn.execute(ARCHIVE_SESSION, (sid,))
 
     # -- reads ----------------------------------------------------------------------
 

@@ -203,12 +203,14 @@ def test_a_malformed_id_is_a_usage_error(two: Two) -> None:
 
 
 def test_an_empty_workspace_has_no_sessions(acode: Cli) -> None:
-    assert acode("session", "list").out == (
-        "No sessions here yet. Start one with: acode run PLAN.yaml\n"
+    table, as_json, status = acode.many(
+        [["session", "list"], ["session", "list", "--json"], ["status"]], expect=None
     )
-    assert acode("session", "list", "--json").json() == []
-    status = acode("status", expect=14)
-    assert "ACODE-RESUME-001" in status.flat_err
+
+    assert table.out == "No sessions here yet. Start one with: acode run PLAN.yaml\n"
+    assert as_json.json() == []
+    assert (table.code, as_json.code, status.code) == (0, 0, 14)
+    assert status.flat_err.startswith("error ACODE-RESUME-001: no sessions in ")
     assert not (acode.workspace / ".agent").exists()  # looking creates nothing
 
 

@@ -63,7 +63,9 @@ def test_an_edited_event_after_the_checkpoint_is_refused(workspace: Path) -> Non
 def test_an_edited_old_event_is_found_by_full_verification(workspace: Path) -> None:
     sid = _paused_session(workspace)
     with _raw(workspace) as conn:
-        seq = conn.execute("SELECT min(seq) FROM events WHERE type = 'step_completed'").fetchone()[0]
+        seq = conn.execute("SELECT min(seq) FROM events WHERE type = 'step_completed'").fetchone()[
+            0
+        ]
         conn.execute(
             "UPDATE events SET payload = replace(payload, '\"i\":0', '\"i\":9') WHERE seq = ?",
             (seq,),
@@ -89,7 +91,8 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(workspace: P
     sid = _paused_session(workspace)
     with _raw(workspace) as conn:
         conn.execute(
-            "UPDATE checkpoints SET signature = 'damaged' WHERE id = (SELECT max(id) FROM checkpoints)"
+            "UPDATE checkpoints SET signature = 'damaged'"
+            " WHERE id = (SELECT max(id) FROM checkpoints)"
         )
     with acode.resume_session(sid, workspace=workspace) as r:
         assert r.steps_completed == 3
@@ -114,3 +117,45 @@ def test_the_key_file_is_private(workspace: Path) -> None:
     key_path().chmod(0o644)
     with pytest.raises(CheckpointError, match="readable by others"):
         load_signer()
+
+
+def test_full_verification_replays_every_kind_of_history(workspace: Path) -> None:
+    from acode.errors import ApprovalPending
+    from acode.runtime.decide import decide_approval
+
+    s = acode.open_session("t", workspace=workspace)
+    s.write("w", "a.txt", "one\n")
+    s.edit("e", "a.txt", "one", "two")
+    s.read("r", "a.txt")
+    s.run("x", "echo hi > out.txt", paths=["out.txt"])
+    with pytest.raises(ApprovalPending):
+        s.approve("ok", "Go?")
+    s.close()
+    decide_approval(s.id, workspace)
+    with acode.resume_session(s.id, workspace=workspace) as r:
+        for call in (
+            lambda: r.write("w", "a.txt", "one\n"),
+            lambda: r.edit("e", "a.txt", "one", "two"),
+            lambda: r.read("r", "a.txt"),
+            lambda: r.run("x", "echo hi > out.txt", paths=["out.txt"]),
+        ):
+            call()
+        assert r.approve("ok", "Go?")
+    store = open_store(StatePaths(workspace).db)
+    row = store.session(s.id)
+    summary = verify_history(store, row, load_signer())
+    assert summary.state.value == "COMPLETED"
+    store.conn.execute("UPDATE steps SET status = 'completed' WHERE step_id = 'x' AND 0")
+    store.conn.execute("UPDATE steps SET attempt = 7 WHERE step_id = 'e'")
+    with pytest.raises(CheckpointError, match="step 'e'"):
+        verify_history(store, row, load_signer())
+    store.close()
+
+
+def test_resume_verify_refuses_a_history_that_does_not_replay(workspace: Path) -> None:
+    sid = _paused_session(workspace)
+    with _raw(workspace) as conn:
+        conn.execute("UPDATE steps SET status = 'failed' WHERE step_id = 's1'")
+    acode.resume_session(sid, workspace=workspace).close()  # the fast path trusts the checkpoint
+    with pytest.raises(CheckpointError, match="diverges"):
+        acode.resume_session(sid, workspace=workspace, verify=True)

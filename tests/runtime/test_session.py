@@ -32,7 +32,7 @@ def _store(ws: Path):
 def _state(ws: Path, session_id: str) -> str:
     store = _store(ws)
     try:
-        return store.session(session_id).state
+        return str(store.session(session_id).state)
     finally:
         store.close()
 
@@ -201,32 +201,29 @@ def test_paths_outside_the_workspace_are_refused(workspace: Path, path: str) -> 
     assert not (workspace.parent / "outside.txt").exists()
 
 
-def _interrupted_write(workspace: Path, content: str) -> str:
-    """A session whose write step was recorded as started, then the process 'died'."""
+def _interrupted_write(workspace: Path, content: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A session whose second write was recorded as started, then the process 'died'
+    before the file was written."""
+    from acode.runtime.steps import file_steps
+
     s = acode.open_session("t", workspace=workspace)
     s.write("w1", "f.txt", "one\n")
-    # Record the start of the next write without performing it, like a kill right
-    # after StepStarted was committed.
-    from acode.runtime.steps.file_steps import WriteStep
 
-    action = WriteStep("f.txt", content.encode())
-    original = WriteStep.execute
-
-    def die(self: WriteStep, env: Any, prepared: Any) -> Any:
+    def killed(*args: object) -> None:
         raise KeyboardInterrupt
 
-    WriteStep.execute = die  # type: ignore[method-assign]
-    try:
+    with monkeypatch.context() as patch:
+        patch.setattr(file_steps, "atomic_write", killed)
         with pytest.raises(KeyboardInterrupt):
-            s._perform(action, "w2", None, None)
-    finally:
-        WriteStep.execute = original  # type: ignore[method-assign]
+            s.write("w2", "f.txt", content)
     s.close()
     return s.id
 
 
-def test_an_interrupted_write_already_applied_is_marked_complete(workspace: Path) -> None:
-    sid = _interrupted_write(workspace, "two\n")
+def test_an_interrupted_write_already_applied_is_marked_complete(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = _interrupted_write(workspace, "two\n", monkeypatch)
     (workspace / "f.txt").write_text("two\n")  # the write landed before the kill
     with acode.resume_session(sid, workspace=workspace) as r:
         r.write("w1", "f.txt", "one\n")
@@ -242,9 +239,9 @@ def test_an_interrupted_write_already_applied_is_marked_complete(workspace: Path
 
 
 def test_an_interrupted_write_on_a_changed_file_is_rolled_back_then_redone(
-    workspace: Path,
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sid = _interrupted_write(workspace, "two\n")
+    sid = _interrupted_write(workspace, "two\n", monkeypatch)
     (workspace / "f.txt").write_text("half-written garbage")
     with acode.resume_session(sid, workspace=workspace) as r:
         r.write("w1", "f.txt", "one\n")
@@ -303,7 +300,7 @@ def test_commit_carries_the_trailer_and_is_never_made_twice(
 
     _git(workspace, "init", "-q")
     (workspace / "a.txt").write_text("a\n")
-    real_commit = commit_step.commit_all
+    real_commit = commit_step.commit_all  # type: ignore[attr-defined]
 
     def commit_then_die(*args: Any, **kwargs: Any) -> str:
         real_commit(*args, **kwargs)

@@ -1,0 +1,42 @@
+"""How old an interruption is, and what that suggests (specification 002)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["Age", "AgeJudgement", "judge_age"]
+
+
+class Age(StrEnum):
+    FRESH = "fresh"  # under an hour
+    RECENT = "recent"  # under a day
+    MODERATE = "moderate"  # under a week
+    STALE = "stale"  # a week or more
+
+
+@dataclass(frozen=True)
+class AgeJudgement:
+    age: Age
+    seconds: int
+    advice: str | None
+
+
+_HOUR, _DAY = 3600, 86400
+
+
+def judge_age(seconds: int) -> AgeJudgement:
+    if seconds < _HOUR:
+        return AgeJudgement(Age.FRESH, seconds, None)
+    if seconds < _DAY:
+        return AgeJudgement(Age.RECENT, seconds, None)
+    if seconds < 7 * _DAY:
+        return AgeJudgement(
+            Age.MODERATE, seconds, "the workspace may have moved on; check the environment report"
+        )
+    return AgeJudgement(
+        Age.STALE,
+        seconds,
+        "interrupted over a week ago: consider starting over (`acode session discard ID`, "
+        "then `acode run`)",
+    )

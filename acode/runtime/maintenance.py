@@ -1,0 +1,70 @@
+"""Looking after sessions: clearing a stale lock, discarding a session for good."""
+
+from __future__ import annotations
+
+import getpass
+from pathlib import Path
+
+from acode.domain.events import EventType
+from acode.domain.states import SessionState, is_terminal
+from acode.errors import NothingToResumeError, SessionLockedError, UsageError
+from acode.runtime.catalog import find_session
+from acode.runtime.clock import SystemClock
+from acode.runtime.inspection import read_store
+from acode.runtime.journal import Journal
+from acode.runtime.lifecycle import open_workspace, take_lock
+from acode.runtime.locks import LockOwner, force_unlock, is_locked, read_owner
+from acode.runtime.workspace import StatePaths
+from acode.security.signing import load_signer
+from acode.store.records import SessionRow
+from acode.store.sqlite_store import open_store
+
+__all__ = ["discard_session", "unlock_session"]
+
+
+def unlock_session(workspace: Path, id_or_prefix: str, *, force: bool) -> LockOwner | None:
+    """Remove the lock file; refuses while its holder runs unless ``force``."""
+    paths = StatePaths(workspace)
+    with read_store(workspace) as store:
+        if store is None:
+            raise NothingToResumeError("no sessions in this workspace")
+        row = find_session(store, id_or_prefix)
+    if is_locked(paths.locks, row.id) and not force:
+        owner = read_owner(paths.locks, row.id)
+        raise SessionLockedError(
+            f"session {row.short_id} is locked by "
+            f"{owner.describe() if owner else 'a running process'}, which is still running",
+            hint="stop that process (Ctrl+C pauses it cleanly); use --force only if you are "
+            "sure it no longer works on this session",
+        )
+    return force_unlock(paths.locks, row.id)
+
+
+def discard_session(workspace: Path, id_or_prefix: str, *, reason: str | None = None) -> SessionRow:
+    """Take a resumable session off the resumable list; its history stays readable."""
+    clock = SystemClock()
+    ws = open_workspace(workspace)
+    store = open_store(ws.paths.db, ws.config.durability)
+    try:
+        row = find_session(store, id_or_prefix)
+        with take_lock(ws, row.id, clock):
+            row = store.session(row.id)
+            if is_terminal(SessionState(row.state)) or row.archived:
+                raise UsageError(
+                    f"session {row.short_id} is {'discarded' if row.archived else row.state} "
+                    "already; only resumable sessions can be discarded",
+                    hint="`acode session list --all` shows every session",
+                )
+            journal = Journal.load(store, row, clock, load_signer())
+            journal.write(
+                [
+                    (
+                        EventType.SESSION_DISCARDED,
+                        {"by": getpass.getuser(), "reason": reason or "discarded by the user"},
+                    )
+                ],
+                archive=True,
+            )
+            return store.session(row.id)
+    finally:
+        store.close()

@@ -217,12 +217,16 @@ def follow(workspace: Path, code: int) -> int:
 
 def explain_pause(workspace: Path) -> None:
     short = latest_session(workspace)["short_id"]
+    resume = f"cd {shown(workspace)} && {acode_for(workspace)} resume {short}"
     say("Paused. Every step that finished is recorded; continue exactly where it stopped:")
-    note(f"cd {shown(workspace)} && {acode_for(workspace)} resume {short}")
-    if not step_done(workspace, short, MODEL_STEP):
-        note("The stand-in model server stopped with this script and the model step is still")
-        note("to come; this restarts it on the same port and resumes for you:")
-        note(f"{shown(Path(sys.executable))} {shown(Path(__file__))} --resume {shown(workspace)}")
+    if step_done(workspace, short, MODEL_STEP):
+        note(resume)
+        return
+    # acode checks that the model answers before it resumes a session that still needs it,
+    # and the stand-in stopped with this script.
+    note(f"{shown(Path(sys.executable))} {shown(Path(__file__))} --resume {shown(workspace)}")
+    note("It restarts the stand-in model server (the model step is still to come) and runs:")
+    note(resume)
 
 
 def goodbye(workspace: Path) -> None:

@@ -11,6 +11,7 @@ import typer
 from acode.errors import AcodeError, UsageError
 
 if TYPE_CHECKING:
+    from acode.resume.modes import Mode
     from acode.resume.service import ChangedFilesAction
 
 __all__ = ["app", "main"]
@@ -133,6 +134,14 @@ def resume(
         bool,
         typer.Option("--abort-on-changes", help="Stop (exit 17) when such files have changed."),
     ] = False,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            "--mode",
+            help="autopilot (never asks; default without a terminal), interactive (default on a "
+            "terminal) or preflight (full report, then type 'proceed').",
+        ),
+    ] = None,
     verify: Annotated[
         bool,
         typer.Option(
@@ -144,56 +153,39 @@ def resume(
     as_json: JsonOption = False,
 ) -> None:
     """Continue an interrupted session exactly where it stopped."""
-    from acode.cli.driver import drive_plan, terminal_approver
-    from acode.cli.progress import choose_observer
-    from acode.cli.prompts import changed_files_prompt
-    from acode.cli.views import print_preview
-    from acode.resume.service import ResumePreview, preview_resume, resume_session
-    from acode.runtime.interrupts import Interrupts
+    from acode.cli.resume_command import ResumeRequest, run_resume
 
-    ws = _workspace(workspace)
-    chosen = _strategy(strategy)
-    if dry_run:
-        preview = preview_resume(session_id, ws, verify=verify)
-        print_preview(preview, dry_run=True, as_json=as_json)
-        raise typer.Exit(0)
-    previews: list[ResumePreview] = []
-
-    def shown(preview: ResumePreview) -> None:
-        if preview.plan is None:
-            raise UsageError(
-                f"session {preview.row.short_id} was started by a program through the library",
-                hint=f"run that program again; it continues with "
-                f"acode.resume_session({preview.row.short_id!r})",
-            )
-        previews.append(preview)
-        print_preview(preview, dry_run=False, as_json=as_json)
-
-    observer = choose_observer(as_json)
-    with Interrupts().installed() as interrupts:
-        session = resume_session(
-            session_id,
-            ws,
-            observer=observer,
-            approver=terminal_approver(observer),
-            interrupts=interrupts,
-            strategy=chosen,
-            on_preview=shown,
-            force=force,
-            changed_files_action=_changes_action(continue_on_changes, abort_on_changes),
-            ask_about_changes=changed_files_prompt(ws),
-            verify=verify,
-        )
-        plan = previews[0].plan
-        assert plan is not None
-        code = drive_plan(session, plan, as_json=as_json)
-    raise typer.Exit(code)
+    request = ResumeRequest(
+        workspace=_workspace(workspace),
+        session_id=session_id,
+        dry_run=dry_run,
+        strategy=_strategy(strategy),
+        force=force,
+        changed_files_action=_changes_action(continue_on_changes, abort_on_changes),
+        verify=verify,
+        mode=_mode(mode),
+        as_json=as_json,
+    )
+    raise typer.Exit(run_resume(request))
 
 
 def _changes_action(go_on: bool, stop: bool) -> ChangedFilesAction | None:
     if go_on and stop:
         raise UsageError("--continue-on-changes and --abort-on-changes exclude each other")
     return "continue" if go_on else "abort" if stop else None
+
+
+def _mode(value: str | None) -> Mode | None:
+    from acode.resume.modes import Mode
+
+    if value is None:
+        return None
+    try:
+        return Mode(value)
+    except ValueError:
+        raise UsageError(
+            f"--mode {value!r} is not one of autopilot, interactive, preflight"
+        ) from None
 
 
 def _strategy(value: str | None) -> Strategy | None:

@@ -66,10 +66,14 @@ class ModelCheck:
 class EnvironmentReport:
     workspace: str
     workspace_exists: bool
-    files_checked: int = 0
+    checked: tuple[str, ...] = ()  # every file compared, in path order
     changed: tuple[ChangedFile, ...] = ()
     config: tuple[ConfigChange, ...] = ()
     model: ModelCheck | None = None
+
+    @property
+    def files_checked(self) -> int:
+        return len(self.checked)
 
     @property
     def valid(self) -> bool:
@@ -90,6 +94,7 @@ class EnvironmentReport:
             "workspace": self.workspace,
             "workspace_exists": self.workspace_exists,
             "files_checked": self.files_checked,
+            "files": list(self.checked),
             "changed_files": [
                 {"path": c.path, "change": c.change.value, "modified_ns": c.modified_ns}
                 for c in self.changed
@@ -110,13 +115,14 @@ class EnvironmentReport:
 
 def changed_files(
     workspace: Path, recorded: Iterable[FileRow], *, ignore: frozenset[str] = frozenset()
-) -> tuple[int, list[ChangedFile]]:
-    """(files checked, the ones that differ from the record)."""
-    checked, changed = 0, []
+) -> tuple[list[str], list[ChangedFile]]:
+    """(the files checked, the ones that differ from the record)."""
+    checked: list[str] = []
+    changed: list[ChangedFile] = []
     for row in recorded:
         if row.path in ignore:
             continue
-        checked += 1
+        checked.append(row.path)
         target = workspace / row.path
         stat = stat_file(target)
         if stat is None:

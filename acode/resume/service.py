@@ -152,7 +152,7 @@ def _environment(
     checked, changed = (
         changed_files(ws.root, store.files(row.sid), ignore=_in_progress_paths(store, row))
         if exists
-        else (0, [])
+        else ([], [])
     )
     model = None
     if _needs_model(store, preview):
@@ -160,7 +160,7 @@ def _environment(
     return EnvironmentReport(
         workspace=str(ws.root),
         workspace_exists=exists,
-        files_checked=checked,
+        checked=tuple(checked),
         changed=tuple(changed),
         config=tuple(config_changes(recorded_config(row), ws.config)),
         model=model,

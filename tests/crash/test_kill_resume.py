@@ -190,6 +190,9 @@ def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(
     # 15: a killed process had already recorded COMPLETED; checked below like any other end.
     assert final.returncode in (0, EXIT_TERMINAL), context
     assert all(inv.leftovers == 0 for inv in invocations if not inv.killed), context
+    for inv in invocations:
+        assert "Traceback" not in inv.stderr, f"{context}\n{inv.stderr}"
+        assert "internal error" not in inv.stderr, f"{context}\n{inv.stderr}"
     assert session_id is not None, context
     _check_run(ws, session_id, reference, context)
 

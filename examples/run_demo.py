@@ -29,7 +29,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from acode.errors import EXIT_APPROVAL_PENDING, EXIT_INTERRUPTED
+try:
+    from acode.errors import EXIT_APPROVAL_PENDING, EXIT_INTERRUPTED
+except ModuleNotFoundError:  # run with a Python that does not have acode installed
+    raise SystemExit("acode is not installed here: run `make demo`, which installs it") from None
 
 __all__ = ["main"]
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from acode.domain.config import AcodeConfig
 from acode.domain.continuation import ContinuationPlan, plan_continuation
@@ -20,6 +20,7 @@ from acode.domain.plan import Plan, StepKind
 from acode.domain.reducer import SessionSummary, StepStatus
 from acode.domain.states import SessionState, is_terminal
 from acode.errors import (
+    AcodeError,
     EnvironmentValidationError,
     NothingToResumeError,
     SessionNotFoundError,
@@ -36,6 +37,7 @@ from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal, verify_history
 from acode.runtime.lifecycle import Workspace, open_workspace, take_lock
+from acode.runtime.log import log_event
 from acode.runtime.observer import Approver, Observer
 from acode.runtime.session import Session
 from acode.runtime.steps.base import InProgressStrategy
@@ -246,6 +248,47 @@ def resume_session(
     """Continue a session in a new process; completed steps replay from the record."""
     clock = clock or SystemClock()
     ws: Workspace = open_workspace(workspace)
+    try:
+        return _resume(
+            ws,
+            id_or_prefix,
+            clock=clock,
+            observer=observer,
+            approver=approver,
+            interrupts=interrupts,
+            strategy=strategy,
+            on_preview=on_preview,
+            force=force,
+            changed_files_action=changed_files_action,
+            ask_about_changes=ask_about_changes,
+            verify=verify,
+        )
+    except AcodeError as refused:
+        log_event(
+            ws.paths,
+            "resume_refused",
+            session=id_or_prefix,
+            code=refused.code.value,
+            message=refused.message,
+        )
+        raise
+
+
+def _resume(
+    ws: Workspace,
+    id_or_prefix: str | None,
+    *,
+    clock: Clock,
+    observer: Observer | None,
+    approver: Approver | None,
+    interrupts: Interrupts | None,
+    strategy: InProgressStrategy | None,
+    on_preview: Callable[[ResumePreview], None] | None,
+    force: bool,
+    changed_files_action: ChangedFilesAction | None,
+    ask_about_changes: Callable[[ResumePreview], bool] | None,
+    verify: bool,
+) -> Session:
     signer = load_signer()
     with ExitStack() as cleanup:
         store = open_store(ws.paths.db, ws.config.durability)
@@ -274,6 +317,7 @@ def resume_session(
             on_preview(preview)
         # Every check is done: only now is anything written.
         journal.write(_resume_entries(preview))
+        log_event(ws.paths, **_log_fields(preview))
         cleanup.pop_all()  # the Session owns the store and the lock from here on
     return Session(
         journal=journal,
@@ -286,6 +330,15 @@ def resume_session(
         interrupts=interrupts,
         strategy=strategy,
     )
+
+
+def _log_fields(preview: ResumePreview) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(preview.log_record())
+    if preview.continuation is not None:
+        fields["continuation"] = preview.continuation.to_dict()
+    if preview.environment is not None and preview.environment.changed:
+        fields["changed_files"] = preview.environment.to_dict()["changed_files"]
+    return fields
 
 
 def _resume_entries(preview: ResumePreview) -> list[tuple[EventType, dict[str, object]]]:

@@ -35,6 +35,7 @@ from acode.runtime.approvals import decision_payload, decision_valid, subject_ha
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal
 from acode.runtime.locks import SessionLock
+from acode.runtime.log import log_event
 from acode.runtime.observer import (
     ApprovalRequest,
     Approver,
@@ -58,6 +59,7 @@ from acode.runtime.steps.file_steps import EditStep, ReadStep, WriteStep
 from acode.runtime.steps.model_step import ModelStep
 from acode.runtime.steps.python_step import PythonStep
 from acode.runtime.steps.run_step import RunStep
+from acode.runtime.workspace import StatePaths
 from acode.security.signing import Signer
 
 __all__ = ["Session"]
@@ -268,36 +270,66 @@ class Session:
         attempt = 1
         if record is not None:
             env = self._env(step_id, action.kind, task, position, record.attempt)
-            if record.status is StepStatus.COMPLETED:
-                self.observer.on_step(notice(StepPhase.SKIPPED, None))
-                return action.value(env, self._recorded_result(record))
-            if record.status is StepStatus.FAILED:
-                error = self._journal.store.event(self._journal.row, record.event_seq)
-                raise StepFailedError(
-                    f"step {step_id!r} failed in an earlier run: {error.payload.get('error')}"
-                )
-            started = self._started_record(record)
-            recovery = action.recover(env, started)
-            if recovery.action is RecoveryAction.ALREADY_DONE:
-                outcome = Outcome(recovery.result, files=recovery.files)
-                self._finish(env, input_hash, outcome, recovered=True)
-                self.observer.on_step(notice(StepPhase.RECOVERED, recovery.detail))
-                return action.value(env, recovery.result)
-            if recovery.action is RecoveryAction.ROLLBACK_AND_RETRY:
-                base = self._step_payload(env.ctx, input_hash)
-                self._journal.write(
-                    [
-                        (
-                            EventType.STEP_ROLLED_BACK,
-                            {**base, "restored": list(recovery.restored), "started": started},
-                        )
-                    ],
-                    steps=[self._record(base, StepStatus.ROLLED_BACK)],
-                    checkpoint=False,
-                )
-                self.observer.on_step(notice(StepPhase.ROLLED_BACK, recovery.detail))
+            done, value = self._revisit(action, env, record, input_hash, notice)
+            if done:
+                return value
             attempt = record.attempt + 1
         env = self._env(step_id, action.kind, task, position, attempt)
+        return self._execute(action, env, input_hash, notice)
+
+    def _revisit(
+        self,
+        action: StepAction,
+        env: StepEnv,
+        record: StepRecord,
+        input_hash: str,
+        notice: Callable[..., StepNotice],
+    ) -> tuple[bool, Any]:
+        """A recorded position: (True, its value) when nothing is left to do, else
+        (False, None) after the interrupted step was put right for another attempt."""
+        if record.status is StepStatus.COMPLETED:
+            self.observer.on_step(notice(StepPhase.SKIPPED, None))
+            return True, action.value(env, self._recorded_result(record))
+        if record.status is StepStatus.FAILED:
+            error = self._journal.store.event(self._journal.row, record.event_seq)
+            raise StepFailedError(
+                f"step {record.step_id!r} failed in an earlier run: {error.payload.get('error')}"
+            )
+        started = self._started_record(record)
+        recovery = action.recover(env, started)
+        log_event(
+            StatePaths(self.workspace),
+            "step_recovery",
+            session_id=self.id,
+            step=record.step_id,
+            kind=action.kind.value,
+            action=recovery.action.value,
+            detail=recovery.detail,
+            restored=list(recovery.restored),
+        )
+        if recovery.action is RecoveryAction.ALREADY_DONE:
+            outcome = Outcome(recovery.result, files=recovery.files)
+            self._finish(env, input_hash, outcome, recovered=True)
+            self.observer.on_step(notice(StepPhase.RECOVERED, recovery.detail))
+            return True, action.value(env, recovery.result)
+        if recovery.action is RecoveryAction.ROLLBACK_AND_RETRY:
+            base = self._step_payload(env.ctx, input_hash)
+            rolled_back = {**base, "restored": list(recovery.restored), "started": started}
+            self._journal.write(
+                [(EventType.STEP_ROLLED_BACK, rolled_back)],
+                steps=[self._record(base, StepStatus.ROLLED_BACK)],
+                checkpoint=False,
+            )
+            self.observer.on_step(notice(StepPhase.ROLLED_BACK, recovery.detail))
+        return False, None
+
+    def _execute(
+        self,
+        action: StepAction,
+        env: StepEnv,
+        input_hash: str,
+        notice: Callable[..., StepNotice],
+    ) -> Any:
         prepared = Prepared()
         if action.durable_start:
             prepared = action.prepare(env)
@@ -322,7 +354,9 @@ class Session:
             self.observer.on_step(notice(StepPhase.FAILED, exc.message))
             raise
         except Exception as exc:
-            failure = StepFailedError(f"step {step_id!r} raised {type(exc).__name__}: {exc}")
+            failure = StepFailedError(
+                f"step {env.ctx.step_id!r} raised {type(exc).__name__}: {exc}"
+            )
             self._fail(env, input_hash, failure)
             self.observer.on_step(notice(StepPhase.FAILED, failure.message))
             raise failure from exc

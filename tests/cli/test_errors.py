@@ -245,17 +245,29 @@ def test_a_write_that_resolves_outside_is_refused(
     assert acode.only_session()["title"] == "Sneaky"  # the database is intact
 
 
+_CREATES_STATE = pytest.mark.xfail(
+    strict=True,
+    reason="given a session id, resume (also --dry-run), approve and session discard call "
+    "open_workspace/open_store before looking the id up, so in a directory without acode "
+    "state they create .agent/state/acode.db (and .gitignore) although they find nothing; "
+    "find_workspace then treats that directory as a workspace",
+)
+
+
 @pytest.mark.parametrize(
     ("command", "status"),
-    [(["resume"], 14), (["resume", "--dry-run"], 14), (["approve", "abcd1234"], 1)],
-    ids=["resume", "resume-dry-run", "approve"],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="resume, resume --dry-run and approve call open_workspace/open_store before "
-    "looking for the session, so in a directory without acode state they create "
-    ".agent/state/acode.db (and .gitignore) although they find nothing; find_workspace "
-    "then treats that directory as a workspace",
+    [
+        pytest.param(["status"], 14, id="status"),
+        pytest.param(["resume"], 14, id="resume"),
+        pytest.param(["resume", "--dry-run"], 14, id="resume-dry-run"),
+        pytest.param(["session", "unlock", "abcd1234"], 14, id="unlock"),
+        pytest.param(["resume", "abcd1234"], 14, id="resume-id", marks=_CREATES_STATE),
+        pytest.param(
+            ["resume", "abcd1234", "--dry-run"], 14, id="resume-id-dry-run", marks=_CREATES_STATE
+        ),
+        pytest.param(["approve", "abcd1234"], 1, id="approve", marks=_CREATES_STATE),
+        pytest.param(["session", "discard", "abcd1234"], 1, id="discard", marks=_CREATES_STATE),
+    ],
 )
 def test_a_command_that_finds_nothing_creates_no_state(
     acode: Cli, command: list[str], status: int

@@ -84,6 +84,7 @@ def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
         "approve",
         "resume",
         "run",
+        "session discard",
         "session history",
         "session list",
         "session show",

@@ -119,3 +119,31 @@ def test_ten_thousand_unchanged_files_are_checked_by_stat_alone(workspace: Path)
         rows.append(FileRow(path.name, "0" * 64, st.st_size, st.st_mtime_ns))
     checked, changed = changed_files(workspace, rows)
     assert (len(checked), changed) == (2000, [])
+
+
+def test_every_resume_attempt_is_logged_redacted(workspace: Path) -> None:
+    import json
+
+    sid = _session_with_files(workspace)
+    (workspace / "written.txt").write_text("token: ghp_" + "a" * 36 + "\n")
+    with pytest.raises(EnvironmentValidationError):
+        acode.resume_session(sid, workspace=workspace)
+    acode.resume_session(sid, workspace=workspace, changed_files_action="continue").close()
+    log = workspace / ".agent" / "state" / "logs" / "acode.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["event"] for r in records] == ["resume_refused", "session_resume"]
+    assert records[0]["code"] == "ACODE-RESUME-004"
+    resumed = records[1]
+    for key in (
+        "session_id",
+        "checkpoint_id",
+        "skipped_tasks",
+        "skipped_steps",
+        "remaining_steps",
+        "in_progress_action",
+        "sync_status",
+        "environment_valid",
+    ):
+        assert key in resumed
+    assert resumed["environment_valid"] is False
+    assert "ghp_" + "a" * 36 not in log.read_text()

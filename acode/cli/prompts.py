@@ -12,9 +12,10 @@ from acode.errors import StorageError
 from acode.resume.environment import diff_against_record
 from acode.resume.service import ResumePreview
 from acode.runtime.inspection import read_store
+from acode.runtime.steps.base import InProgressStrategy
 from acode.security.redaction import redact
 
-__all__ = ["changed_files_prompt"]
+__all__ = ["changed_files_prompt", "strategy_prompt"]
 
 
 def changed_files_prompt(workspace: Path) -> Callable[[ResumePreview], bool]:
@@ -55,3 +56,19 @@ def _show_diffs(workspace: Path, preview: ResumePreview) -> None:
                 except StorageError:
                     recorded = None
             console.print(redact(diff_against_record(workspace, change, recorded)), markup=False)
+
+
+def strategy_prompt(step_id: str, kind: str) -> InProgressStrategy | None:
+    """--strategy prompt: the person decides what happens to an interrupted step."""
+    if not sys.stdin.isatty():
+        return "rollback"
+    from rich.prompt import Prompt
+
+    answer = Prompt.ask(
+        f"Step {step_id!r} ({kind}) was interrupted half-way. [R]oll back and run again, "
+        "run again as it is ([T]retry), or [S]top",
+        choices=["r", "t", "s"],
+        default="r",
+        console=err_console(),
+    )
+    return {"r": "rollback", "t": "retry"}.get(answer)  # type: ignore[return-value]

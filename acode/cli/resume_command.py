@@ -11,7 +11,7 @@ from pathlib import Path
 from acode.cli.console import err_console, out_console
 from acode.cli.driver import drive_plan, terminal_approver
 from acode.cli.progress import choose_observer
-from acode.cli.prompts import changed_files_prompt
+from acode.cli.prompts import changed_files_prompt, strategy_prompt
 from acode.cli.views import environment_lines, print_preview
 from acode.errors import NothingToResumeError, UsageError
 from acode.resume.modes import Candidate, Mode, candidates, default_mode
@@ -94,6 +94,7 @@ def _resume(
             if mode is Mode.INTERACTIVE
             else None,
             verify=req.verify,
+            strategy_prompt=strategy_prompt if mode is not Mode.AUTOPILOT else None,
         )
         plan = shown[0].plan
         assert plan is not None

@@ -39,7 +39,7 @@ from acode.runtime.journal import Journal, verify_history
 from acode.runtime.lifecycle import Workspace, open_workspace, take_lock
 from acode.runtime.log import log_event
 from acode.runtime.observer import Approver, Observer
-from acode.runtime.session import Session
+from acode.runtime.session import Session, StrategyPrompt
 from acode.runtime.steps.base import InProgressStrategy
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
@@ -244,6 +244,7 @@ def resume_session(
     changed_files_action: ChangedFilesAction | None = None,
     ask_about_changes: Callable[[ResumePreview], bool] | None = None,
     verify: bool = False,
+    strategy_prompt: StrategyPrompt | None = None,
 ) -> Session:
     """Continue a session in a new process; completed steps replay from the record."""
     clock = clock or SystemClock()
@@ -262,6 +263,7 @@ def resume_session(
             changed_files_action=changed_files_action,
             ask_about_changes=ask_about_changes,
             verify=verify,
+            strategy_prompt=strategy_prompt,
         )
     except AcodeError as refused:
         log_event(
@@ -288,6 +290,7 @@ def _resume(
     changed_files_action: ChangedFilesAction | None,
     ask_about_changes: Callable[[ResumePreview], bool] | None,
     verify: bool,
+    strategy_prompt: StrategyPrompt | None,
 ) -> Session:
     signer = load_signer()
     with ExitStack() as cleanup:
@@ -329,6 +332,7 @@ def _resume(
         approver=approver,
         interrupts=interrupts,
         strategy=strategy,
+        strategy_prompt=strategy_prompt,
     )
 
 

@@ -13,6 +13,7 @@ import getpass
 import hashlib
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -62,7 +63,11 @@ from acode.runtime.steps.run_step import RunStep
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import Signer
 
-__all__ = ["Session"]
+__all__ = ["Session", "StrategyPrompt"]
+
+# Asked for an interrupted step under strategy "prompt": (step id, kind) -> "rollback",
+# "retry", or None to stop. An implementation with no one to ask returns "rollback".
+StrategyPrompt = Callable[[str, str], "InProgressStrategy | None"]
 
 
 def _input_hash(data: Mapping[str, Any]) -> str:
@@ -84,6 +89,7 @@ class Session:
         approver: Approver | None = None,
         interrupts: Interrupts | None = None,
         strategy: InProgressStrategy | None = None,
+        strategy_prompt: StrategyPrompt | None = None,
     ) -> None:
         self._journal = journal
         self.workspace = workspace
@@ -94,6 +100,7 @@ class Session:
         self.approver = approver
         self.interrupts = interrupts or Interrupts()
         self.strategy: InProgressStrategy = strategy or config.resume.in_progress_strategy
+        self.strategy_prompt = strategy_prompt
         summary = journal.summary
         assert summary is not None
         # Positions below this may have records; a fresh session never looks.
@@ -296,6 +303,8 @@ class Session:
                 f"step {record.step_id!r} failed in an earlier run: {error.payload.get('error')}"
             )
         started = self._started_record(record)
+        if env.strategy == "prompt":
+            env = replace(env, strategy=self._ask_strategy(record))
         recovery = action.recover(env, started)
         log_event(
             StatePaths(self.workspace),
@@ -322,6 +331,16 @@ class Session:
             )
             self.observer.on_step(notice(StepPhase.ROLLED_BACK, recovery.detail))
         return False, None
+
+    def _ask_strategy(self, record: StepRecord) -> InProgressStrategy:
+        """Strategy "prompt": the person decides; with no one to ask, roll back (the
+        safe default)."""
+        if self.strategy_prompt is None:
+            return "rollback"
+        choice = self.strategy_prompt(record.step_id, record.kind)
+        if choice is None:
+            raise PauseRequested  # the person chose to stop here
+        return choice
 
     def _execute(
         self,

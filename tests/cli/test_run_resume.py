@@ -229,6 +229,23 @@ def test_a_denied_approval_cancels_the_session(acode: Cli) -> None:
     assert "it is CANCELLED" in again.flat_err
 
 
+def test_resume_stops_when_a_file_the_session_wrote_has_changed(acode: Cli) -> None:
+    short = _stop_at_approval(acode, check=False)
+    (acode.workspace / "before.txt").write_text("edited by hand\n")
+    acode("approve", short)
+
+    refused = acode("resume", short, expect=17)
+
+    assert refused.flat_err.startswith(
+        f"error ACODE-RESUME-004: files of session {short} changed since it stopped: before.txt"
+    )
+    assert "--continue-on-changes" in refused.flat_err
+    assert not (acode.workspace / "after.txt").exists()
+    acode("resume", short, "--continue-on-changes")
+    assert (acode.workspace / "before.txt").read_text() == "edited by hand\n"
+    assert (acode.workspace / "after.txt").read_text() == "2\n"
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="acode/cli/views.py print_preview: {'event': 'resume_preview', **preview_json(...)} "

@@ -252,6 +252,34 @@ def test_a_running_session_is_locked_until_forced(acode: Cli) -> None:
     assert holder.proc.poll() is None  # breaking the lock does not stop its holder
 
 
+def test_a_discarded_session_leaves_the_lists_but_keeps_its_history(acode: Cli) -> None:
+    acode.write("plan.yml", plan_yaml("Given up", "{id: ok, approve: Really?}"))
+    started = acode("run", "plan.yml", "--json", expect=20).json_lines()[0]
+    short = started["id"][:8]
+
+    discarded = acode("session", "discard", short)
+
+    assert discarded.out.startswith(f"Discarded session {short} (Given up)")
+    listed, everything, resumed, again, history = acode.many(
+        [
+            ["session", "list", "--json"],
+            ["session", "list", "--all", "--json"],
+            ["resume", short],
+            ["session", "discard", short],
+            ["session", "history", short, "--json"],
+        ],
+        expect=None,
+    )
+    assert listed.json() == []
+    assert [(r["id"], r["archived"]) for r in everything.json()] == [(started["id"], True)]
+    assert resumed.code == 14
+    assert f"session {short} was discarded" in resumed.flat_err
+    assert again.code == 2
+    assert "discarded already" in again.flat_err
+    assert history.code == 0
+    assert history.json()[-1]["type"] == "session_discarded"
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="acode/cli/inspect.py session_unlock prints 'Removed the lock of <last holder>' "

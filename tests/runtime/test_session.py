@@ -389,3 +389,45 @@ def test_an_approval_of_something_else_does_not_count(workspace: Path) -> None:
     r.close()
     with acode.resume_session(s.id, workspace=workspace) as r:
         assert r.approve("ok", "Run this?", subject={"command": "make deploy"}) is True
+
+
+@pytest.mark.parametrize(("answer", "rolled_back"), [("rollback", True), ("retry", False)])
+def test_strategy_prompt_lets_the_person_choose(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, answer: str, rolled_back: bool
+) -> None:
+    sid = _interrupted_write(workspace, "two\n", monkeypatch)
+    (workspace / "f.txt").write_text("garbage")
+    asked: list[tuple[str, str]] = []
+
+    def choose(step: str, kind: str) -> Any:
+        asked.append((step, kind))
+        return answer
+
+    with acode.resume_session(
+        sid, workspace=workspace, strategy="prompt", strategy_prompt=choose
+    ) as r:
+        r.write("w1", "f.txt", "one\n")
+        r.write("w2", "f.txt", "two\n")
+    assert asked == [("w2", "write")]
+    store = _store(workspace)
+    try:
+        types = [e.type.value for e in store.events(store.session(sid))]
+    finally:
+        store.close()
+    assert ("step_rolled_back" in types) is rolled_back
+    assert (workspace / "f.txt").read_text() == "two\n"
+
+
+def test_strategy_prompt_stop_pauses_the_session(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = _interrupted_write(workspace, "two\n", monkeypatch)
+    (workspace / "f.txt").write_text("garbage")
+    with pytest.raises(PauseRequested):
+        with acode.resume_session(
+            sid, workspace=workspace, strategy="prompt", strategy_prompt=lambda s, k: None
+        ) as r:
+            r.write("w1", "f.txt", "one\n")
+            r.write("w2", "f.txt", "two\n")
+    assert _state(workspace, sid) == "PAUSED"
+    assert (workspace / "f.txt").read_text() == "garbage"

@@ -116,19 +116,31 @@ def _refuse_terminal(row: SessionRow) -> None:
 
 def _preview(store: SqliteStore, row: SessionRow, journal: Journal) -> ResumePreview:
     plan = recorded_plan(store, row)
+    summary = journal.summary
+    assert summary is not None
     continuation = None
     if plan is not None:
-        statuses = {s.step_id: s.status for s in store.steps(row.sid)}
-        continuation = plan_continuation(plan, statuses)
-    assert journal.summary is not None
-    return ResumePreview(row, journal.summary, journal.checkpoint_id, plan, continuation)
+        continuation = plan_continuation(plan, _plan_statuses(store, row, plan, summary))
+    return ResumePreview(row, summary, journal.checkpoint_id, plan, continuation)
+
+
+def _plan_statuses(
+    store: SqliteStore, row: SessionRow, plan: Plan, summary: SessionSummary
+) -> dict[str, StepStatus]:
+    """A plan runs its steps in order, one position each: every position before the
+    summary's next one completed, except the few that did not finish."""
+    unfinished = {s.position: s.status for s in store.unfinished_steps(row.sid)}
+    return {
+        step.id: unfinished.get(i, StepStatus.COMPLETED)
+        for i, step in enumerate(plan.steps()[: summary.next_position])
+    }
 
 
 def _needs_model(store: SqliteStore, preview: ResumePreview) -> bool:
     """Whether the rest of the session talks to the model."""
     plan, c = preview.plan, preview.continuation
     if plan is None or c is None:
-        return bool(store.messages(preview.row.sid))
+        return store.has_messages(preview.row.sid)
     remaining = {c.in_progress, *c.pending_steps}
     return any(s.kind is StepKind.MODEL and s.id in remaining for s in plan.steps())
 
@@ -136,13 +148,14 @@ def _needs_model(store: SqliteStore, preview: ResumePreview) -> bool:
 def _in_progress_paths(store: SqliteStore, row: SessionRow) -> frozenset[str]:
     """Files the interrupted step was changing: its own recovery handles them."""
     paths: set[str] = set()
-    for step in store.steps(row.sid):
-        if step.status in (StepStatus.IN_PROGRESS, StepStatus.ROLLED_BACK):
-            started = store.event(row, step.event_seq).payload
-            started = started.get("started", started)
-            if isinstance(started.get("path"), str):
-                paths.add(started["path"])
-            paths.update(started.get("snapshot") or {})
+    for step in store.unfinished_steps(row.sid):
+        if step.status is StepStatus.FAILED:
+            continue
+        started = store.event(row, step.event_seq).payload
+        started = started.get("started", started)
+        if isinstance(started.get("path"), str):
+            paths.add(started["path"])
+        paths.update(started.get("snapshot") or {})
     return frozenset(paths)
 
 
@@ -233,6 +246,7 @@ def _judge(
 def resume_session(
     id_or_prefix: str | None = None,
     workspace: Path | str = ".",
+    config: AcodeConfig | None = None,
     *,
     observer: Observer | None = None,
     approver: Approver | None = None,
@@ -246,9 +260,13 @@ def resume_session(
     verify: bool = False,
     strategy_prompt: StrategyPrompt | None = None,
 ) -> Session:
-    """Continue a session in a new process; completed steps replay from the record."""
+    """Continue a session in a new process; completed steps replay from the record.
+
+    ``config`` is the configuration as it is now (default: the workspace's
+    `.agent/config.yml`); it must equal the one the session started with unless
+    ``force``, and the session runs on with the recorded one."""
     clock = clock or SystemClock()
-    ws: Workspace = open_workspace(workspace)
+    ws: Workspace = open_workspace(workspace, config)
     try:
         return _resume(
             ws,

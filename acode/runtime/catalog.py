@@ -9,11 +9,25 @@ from acode.domain.config import AcodeConfig, parse_config
 from acode.domain.events import EventType
 from acode.domain.plan import Plan
 from acode.domain.states import SessionState, is_resumable
-from acode.errors import AmbiguousSessionError, SessionNotFoundError, UsageError
+from acode.errors import (
+    AmbiguousSessionError,
+    CheckpointError,
+    ErrorCode,
+    SessionNotFoundError,
+    UsageError,
+)
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore
 
-__all__ = ["find_session", "recorded_config", "recorded_plan", "resumable_sessions"]
+__all__ = [
+    "PLAN_EVENT_SEQ",
+    "find_session",
+    "recorded_config",
+    "recorded_plan",
+    "resumable_sessions",
+]
+
+PLAN_EVENT_SEQ = 2  # a plan session's events start: session_created, plan_recorded
 
 _PREFIX = re.compile(r"[0-9a-f-]{1,36}")
 
@@ -51,8 +65,17 @@ def resumable_sessions(store: SqliteStore) -> list[SessionRow]:
 
 
 def recorded_plan(store: SqliteStore, row: SessionRow) -> Plan | None:
-    events = store.events_of_type(row, EventType.PLAN_RECORDED)
-    return Plan.from_dict(events[-1].payload["plan"]) if events else None
+    """The plan a plan session recorded as its second event (see lifecycle)."""
+    if row.kind != "plan":
+        return None
+    event = store.event(row, PLAN_EVENT_SEQ)
+    if event.type is not EventType.PLAN_RECORDED:
+        raise CheckpointError(
+            f"session {row.short_id}: event {PLAN_EVENT_SEQ} should record its plan, "
+            f"but is {event.type.value}",
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+    return Plan.from_dict(event.payload["plan"])
 
 
 def recorded_config(row: SessionRow) -> AcodeConfig:

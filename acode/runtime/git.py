@@ -1,16 +1,26 @@
-"""The git operations acode needs: checkpoint commits marked with trailers, and finding them.
+"""The git operations acode needs: checkpoint commits marked with trailers, finding them,
+and private snapshots of the work tree ("ghost commits") that a run step rolls back to.
 
 Everything runs the ``git`` command line in the workspace and never writes git
 configuration: a missing identity is supplied through environment variables for acode's
 own commits only. The user's hooks run as they would for any commit.
+
+A snapshot is a commit kept under ``refs/acode/`` and built through a temporary index:
+the user's index, HEAD, branches and stash are never touched. File contents are stored
+and restored byte for byte, bypassing clean/smudge filters and end-of-line conversion,
+so that a restore gives back exactly the bytes that were there.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+import stat
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from acode.errors import StepFailedError, UsageError
@@ -19,10 +29,19 @@ from acode.runtime.files import atomic_write
 __all__ = [
     "FALLBACK_EMAIL",
     "FALLBACK_NAME",
+    "SNAPSHOT_MESSAGE",
+    "SNAPSHOT_REF_ROOT",
+    "WorktreeDiff",
     "commit_all",
+    "drop_snapshot",
     "ensure_state_ignored",
     "find_commit_with_trailer",
     "is_work_tree",
+    "prune_snapshots",
+    "restore_worktree",
+    "snapshot_ref",
+    "snapshot_worktree",
+    "worktree_diff",
 ]
 
 FALLBACK_NAME = "acode"
@@ -30,6 +49,18 @@ FALLBACK_EMAIL = "acode@localhost"
 _IGNORE_ALL = b"*\n"
 # git's own trailer keys are tokens: letters, digits and dashes.
 _TRAILER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
+
+SNAPSHOT_REF_ROOT = "refs/acode"
+SNAPSHOT_MESSAGE = "acode snapshot"
+# One component of a snapshot ref: a subset of what git accepts (no '..', no leading dot).
+_REF_PART = re.compile(r"[A-Za-z0-9_%-][A-Za-z0-9_.%-]*")
+_MODE_FILE = "100644"
+_MODE_EXEC = "100755"
+_MODE_LINK = "120000"
+_STATE_PARTS = [".agent", "state"]
+_RESTORE_HINT = (
+    "resume with --strategy retry to run the command again without restoring the work tree"
+)
 
 
 def _git(
@@ -189,3 +220,323 @@ def ensure_state_ignored(state_dir: Path) -> None:
         current = None
     if current != _IGNORE_ALL:
         atomic_write(ignore, _IGNORE_ALL)
+
+
+# -- snapshots of the work tree ("ghost commits") ------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorktreeDiff:
+    """How the work tree differs from a snapshot; paths are relative to the workspace."""
+
+    rewrite: tuple[str, ...]  # in the snapshot, and missing or different now
+    remove: tuple[str, ...]  # here now, not ignored, and not in the snapshot
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(sorted({*self.rewrite, *self.remove}))
+
+
+@dataclass(frozen=True)
+class _Entry:
+    mode: str
+    blob: str
+
+
+def snapshot_ref(session_id: str, step_id: str, attempt: int) -> str:
+    """The ref that keeps a step's snapshot: ``refs/acode/<session>/<step>-<attempt>``."""
+    # git refuses '..' in a ref name. Step ids never contain '%', so escaping the first dot
+    # of each pair keeps distinct steps on distinct refs.
+    step = re.sub(r"\.(?=\.)", "%2E", step_id)
+    ref = f"{SNAPSHOT_REF_ROOT}/{session_id}/{step}-{attempt}"
+    _check_ref(ref)
+    return ref
+
+
+def snapshot_worktree(workspace: Path, ref: str) -> str:
+    """Record the workspace's files as they are now in a commit kept at ``ref``; return it.
+
+    The snapshot holds every file git would see in the workspace: tracked files with their
+    current content and untracked files that are not ignored (``.agent/state`` never).
+    Directories that are repositories of their own (submodules, nested clones) are left
+    out. The parent is HEAD when there is one, so ``git diff HEAD <sha>`` reads naturally.
+    """
+    _check_ref(ref)
+    prefix = os.fsdecode(_git_bytes(workspace, ["rev-parse", "--show-prefix"]).rstrip(b"\n"))
+    entries = _worktree_entries(workspace)
+    lines = b"".join(
+        f"{entry.mode} {entry.blob}\t".encode() + os.fsencode(prefix + rel) + b"\0"
+        for rel, entry in sorted(entries.items())
+    )
+    with tempfile.TemporaryDirectory(prefix="acode-index-") as scratch:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        _git_bytes(workspace, ["update-index", "--add", "-z", "--index-info"], env=env, stdin=lines)
+        tree = _git_bytes(workspace, ["write-tree"], env=env).decode().strip()
+    head = _git(workspace, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+    parent = ["-p", head.stdout.strip()] if head.returncode == 0 else []
+    commit = _git_bytes(
+        workspace,
+        ["commit-tree", tree, *parent, "-m", SNAPSHOT_MESSAGE],
+        env=_identity_env(workspace),
+    )
+    sha = commit.decode().strip()
+    _git_ok(workspace, ["update-ref", "-m", SNAPSHOT_MESSAGE, ref, sha])
+    return sha
+
+
+def worktree_diff(workspace: Path, sha: str) -> WorktreeDiff:
+    """What :func:`restore_worktree` would change, without changing anything."""
+    return _diff(workspace, _snapshot_entries(workspace, sha))
+
+
+def restore_worktree(workspace: Path, sha: str) -> list[str]:
+    """Make the workspace's files equal to snapshot ``sha``; return the paths changed.
+
+    Files that differ from the snapshot or are missing are written back (content, the
+    executable bit, symlinks); files that are not in the snapshot and not ignored are
+    deleted, with the directories that this leaves empty. Ignored files stay as they are.
+    Only files that differ are written, so the rest keep their modification times. The
+    user's index is not touched; its cached stat data may be stale afterwards, which git
+    handles by rechecking the content.
+    """
+    snapshot = _snapshot_entries(workspace, sha)
+    diff = _diff(workspace, snapshot)
+    for rel in diff.remove:
+        _remove(workspace, rel)
+    contents = _read_blobs(workspace, {snapshot[rel].blob for rel in diff.rewrite})
+    for rel in diff.rewrite:
+        entry = snapshot[rel]
+        _write_entry(workspace, rel, entry.mode, contents[entry.blob])
+    return list(diff.paths)
+
+
+def drop_snapshot(workspace: Path, ref: str) -> None:
+    """Delete one snapshot ref; its objects go with git's next garbage collection."""
+    _check_ref(ref)
+    _git_ok(workspace, ["update-ref", "-d", ref])
+
+
+def prune_snapshots(workspace: Path, session_id: str) -> int:
+    """Delete every snapshot ref of a session; return how many there were.
+
+    Call it once the session is over: a snapshot is only needed while its step may be
+    found interrupted. Outside a git work tree there is nothing to prune.
+    """
+    root = f"{SNAPSHOT_REF_ROOT}/{session_id}"
+    _check_ref(root)
+    if not is_work_tree(workspace):
+        return 0
+    refs = _git_ok(workspace, ["for-each-ref", "--format=%(refname)", root]).split()
+    if refs:
+        commands = "".join(f"delete {ref}\n" for ref in refs)
+        _git_bytes(workspace, ["update-ref", "--stdin"], stdin=commands.encode())
+    return len(refs)
+
+
+def _check_ref(ref: str) -> None:
+    parts = ref.split("/")
+    if (
+        parts[:2] != SNAPSHOT_REF_ROOT.split("/")
+        or len(parts) < 3
+        or not all(_REF_PART.fullmatch(p) and not p.endswith((".lock", ".")) for p in parts[2:])
+        or ".." in ref
+    ):
+        raise UsageError(
+            f"snapshot ref {ref!r} is not a ref name under {SNAPSHOT_REF_ROOT}/ that git accepts",
+            hint="name snapshots with snapshot_ref(session_id, step_id, attempt)",
+        )
+
+
+def _git_bytes(
+    workspace: Path,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes = b"",
+) -> bytes:
+    """Run git with raw bytes in and out (file names need not be UTF-8); raise on failure."""
+    try:
+        result = subprocess.run(
+            ["git", *args],
+            cwd=workspace,
+            env=dict(env) if env is not None else None,
+            input=stdin,
+            capture_output=True,
+            check=False,
+        )
+    except OSError as exc:
+        raise StepFailedError(
+            f"cannot run git in {workspace}: {exc}",
+            hint="install git and check that the workspace directory exists",
+        ) from exc
+    if result.returncode != 0:
+        detail = result.stderr.decode(errors="replace").strip() or f"exit {result.returncode}"
+        raise StepFailedError(
+            f"git {args[0]} failed in {workspace}: {detail}",
+            hint="fix the problem git reports (a lock file, permissions, disk space), then resume",
+        )
+    return result.stdout
+
+
+def _is_state(rel: str) -> bool:
+    # .agent/state ignores itself, but a user who once committed it must still never see a
+    # restore write an old database over the live one.
+    return rel.split("/")[:2] == _STATE_PARTS
+
+
+def _worktree_modes(workspace: Path) -> dict[str, str]:
+    """The files git sees in the workspace now, with their git modes."""
+    listing = _git_bytes(
+        workspace, ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    )
+    modes: dict[str, str] = {}
+    for raw in listing.split(b"\0"):
+        rel = os.fsdecode(raw)
+        if rel and rel not in modes and not _is_state(rel):
+            mode = _mode_of(workspace / rel)
+            if mode is not None:
+                modes[rel] = mode
+    return modes
+
+
+def _mode_of(path: Path) -> str | None:
+    try:
+        info = path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # a tracked file deleted from the work tree
+    if stat.S_ISLNK(info.st_mode):
+        return _MODE_LINK
+    if stat.S_ISREG(info.st_mode):
+        return _MODE_EXEC if info.st_mode & stat.S_IXUSR else _MODE_FILE
+    return None  # a directory here is a repository of its own: not ours to snapshot
+
+
+def _worktree_entries(workspace: Path) -> dict[str, _Entry]:
+    modes = _worktree_modes(workspace)
+    blobs = _hash_objects(workspace, modes, write=True)
+    return {rel: _Entry(mode, blobs[rel]) for rel, mode in modes.items()}
+
+
+def _hash_objects(workspace: Path, modes: Mapping[str, str], *, write: bool) -> dict[str, str]:
+    """The blob id of each path's bytes as they are on disk, unfiltered."""
+    command = ["hash-object", "--no-filters", *(["-w"] if write else [])]
+    # --stdin-paths reads lines (and unquotes a leading '"') and follows symlinks: names it
+    # would misread, and links, whose blob is the link's target, go one by one.
+    batch = [rel for rel, mode in modes.items() if mode != _MODE_LINK and _line_safe(rel)]
+    blobs: dict[str, str] = {}
+    if batch:
+        names = b"".join(os.fsencode(rel) + b"\n" for rel in batch)
+        out = _git_bytes(workspace, [*command, "--stdin-paths"], stdin=names)
+        blobs.update(zip(batch, out.decode().split(), strict=True))
+    for rel, mode in modes.items():
+        if rel in blobs:
+            continue
+        if mode == _MODE_LINK:
+            target = os.readlink(os.fsencode(workspace / rel))
+            out = _git_bytes(workspace, [*command, "--stdin"], stdin=target)
+        else:
+            out = _git_bytes(workspace, [*command, "--", rel])
+        blobs[rel] = out.decode().strip()
+    return blobs
+
+
+def _line_safe(rel: str) -> bool:
+    return "\n" not in rel and "\r" not in rel and not rel.startswith('"')
+
+
+def _snapshot_entries(workspace: Path, sha: str) -> dict[str, _Entry]:
+    if _git(workspace, ["cat-file", "-e", f"{sha}^{{commit}}"]).returncode != 0:
+        raise StepFailedError(
+            f"the work tree snapshot {sha} is not in the repository at {workspace} "
+            "(its ref was deleted and git collected it, or the repository was replaced)",
+            hint=_RESTORE_HINT,
+        )
+    # ls-tree run in the workspace lists only its part of the tree, relative to it.
+    listing = _git_bytes(workspace, ["ls-tree", "-r", "-z", sha])
+    entries: dict[str, _Entry] = {}
+    for record in listing.split(b"\0"):
+        if not record:
+            continue
+        meta, _, raw = record.partition(b"\t")
+        mode, kind, blob = meta.decode().split()
+        rel = os.fsdecode(raw)
+        if kind == "blob" and not _is_state(rel):
+            entries[rel] = _Entry(mode, blob)
+    return entries
+
+
+def _diff(workspace: Path, snapshot: Mapping[str, _Entry]) -> WorktreeDiff:
+    modes = _worktree_modes(workspace)
+    shared = {rel: mode for rel, mode in modes.items() if rel in snapshot}
+    blobs = _hash_objects(workspace, shared, write=False)
+    rewrite = (
+        rel
+        for rel, entry in snapshot.items()
+        if modes.get(rel) != entry.mode or blobs.get(rel) != entry.blob
+    )
+    remove = (rel for rel in modes if rel not in snapshot)
+    return WorktreeDiff(tuple(sorted(rewrite)), tuple(sorted(remove)))
+
+
+def _read_blobs(workspace: Path, shas: Iterable[str]) -> dict[str, bytes]:
+    wanted = sorted(shas)
+    if not wanted:
+        return {}
+    out = _git_bytes(
+        workspace, ["cat-file", "--batch"], stdin="".join(f"{s}\n" for s in wanted).encode()
+    )
+    blobs: dict[str, bytes] = {}
+    pos = 0
+    for sha in wanted:
+        end = out.index(b"\n", pos)
+        header = out[pos:end].decode().split()
+        if len(header) != 3:
+            raise StepFailedError(
+                f"object {sha} of a work tree snapshot is missing from the repository at "
+                f"{workspace}",
+                hint=_RESTORE_HINT,
+            )
+        size = int(header[2])
+        blobs[sha] = out[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1  # the content is followed by a newline
+    return blobs
+
+
+def _remove(workspace: Path, rel: str) -> None:
+    (workspace / rel).unlink(missing_ok=True)
+    parts = rel.split("/")
+    # Directories the deletion empties go too, as git does: a command run again that
+    # creates its output directory must not find it already there.
+    for depth in range(len(parts) - 1, 0, -1):
+        try:
+            workspace.joinpath(*parts[:depth]).rmdir()
+        except OSError:
+            break
+
+
+def _write_entry(workspace: Path, rel: str, mode: str, data: bytes) -> None:
+    parts = rel.split("/")
+    for depth in range(1, len(parts)):
+        # A parent that is now a file or a symlink (an ignored one, so not removed above)
+        # must give way, or the write would fail or land outside the workspace.
+        parent = workspace.joinpath(*parts[:depth])
+        if parent.is_symlink() or (parent.exists() and not parent.is_dir()):
+            parent.unlink()
+    target = workspace / rel
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    if mode == _MODE_LINK:
+        target.unlink(missing_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.fsdecode(data), target)
+        return
+    atomic_write(target, data)
+    _set_executable(target, mode == _MODE_EXEC)
+
+
+def _set_executable(path: Path, executable: bool) -> None:
+    current = stat.S_IMODE(path.stat().st_mode)
+    # Like git: execute permission for whoever may read the file, or for no one.
+    wanted = current | ((current & 0o444) >> 2) if executable else current & ~0o111
+    if wanted != current:
+        path.chmod(wanted)

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from acode.domain.config import AcodeConfig
-from acode.domain.events import EventType, canonical_json
+from acode.domain.events import Event, EventType, canonical_json
 from acode.domain.idempotency import STEP_ID_PATTERN, generate
 from acode.domain.plan import StepKind
 from acode.domain.reducer import StepRecord, StepStatus
@@ -70,6 +70,9 @@ __all__ = ["Session", "StrategyPrompt"]
 StrategyPrompt = Callable[[str, str], "InProgressStrategy | None"]
 
 
+_REPLAY_WINDOW = 512
+
+
 def _input_hash(data: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:32]
 
@@ -107,6 +110,7 @@ class Session:
         self._recorded_until = summary.next_position
         self._position = 0
         self._seen_ids: set[str] = set()
+        self._window: dict[int, tuple[StepRecord, Event]] = {}
         self._history: list[dict[str, Any]] | None = None
         self._closed = False
 
@@ -225,7 +229,8 @@ class Session:
         entries: list[tuple[EventType, dict[str, Any]]] = []
         if decision is None and self.approver is not None:
             self.observer.on_step(notice(StepPhase.STARTED, None))
-            answer = self.approver(ApprovalRequest(self.id, step_id, question, subject))
+            with self.interrupts.interruptible():  # Ctrl+C at the prompt pauses the session
+                answer = self.approver(ApprovalRequest(self.id, step_id, question, subject))
             if answer is not None:
                 decision = decision_payload(
                     self._signer,
@@ -298,7 +303,7 @@ class Session:
             self.observer.on_step(notice(StepPhase.SKIPPED, None))
             return True, action.value(env, self._recorded_result(record))
         if record.status is StepStatus.FAILED:
-            error = self._journal.store.event(self._journal.row, record.event_seq)
+            error = self._outcome_event(record)
             raise StepFailedError(
                 f"step {record.step_id!r} failed in an earlier run: {error.payload.get('error')}"
             )
@@ -400,10 +405,9 @@ class Session:
                 hint="every step of a session needs its own id",
             )
         position = self._position
-        store, sid = self._journal.store, self._journal.row.sid
         # Calls take positions in order, so by the time a call reaches a position past
         # the recorded ones, every recorded id has been claimed again in _seen_ids.
-        record = store.step_at(sid, position) if position < self._recorded_until else None
+        record = self._recorded(position)
         if record is not None and (
             record.step_id != step_id
             or record.kind != kind.value
@@ -489,12 +493,29 @@ class Session:
             steps=[self._record(base, StepStatus.FAILED)],
         )
 
+    def _recorded(self, position: int) -> StepRecord | None:
+        """The record at ``position``, read in windows of positions: replaying a long
+        session costs one query per window, not two per step."""
+        if position >= self._recorded_until:
+            return None
+        if position not in self._window:
+            stop = min(position + _REPLAY_WINDOW, self._recorded_until)
+            rows = self._journal.store.recorded_steps(self._journal.row, position, stop)
+            self._window = {record.position: (record, event) for record, event in rows}
+        found = self._window.get(position)
+        return found[0] if found else None
+
+    def _outcome_event(self, record: StepRecord) -> Event:
+        cached = self._window.get(record.position)
+        if cached is not None and cached[1].seq == record.event_seq:
+            return cached[1]
+        return self._journal.store.event(self._journal.row, record.event_seq)
+
     def _recorded_result(self, record: StepRecord) -> Any:
-        event = self._journal.store.event(self._journal.row, record.event_seq)
-        return event.payload["result"]
+        return self._outcome_event(record).payload["result"]
 
     def _started_record(self, record: StepRecord) -> dict[str, Any]:
-        event = self._journal.store.event(self._journal.row, record.event_seq)
+        event = self._outcome_event(record)
         if event.type is EventType.STEP_ROLLED_BACK:
             started: dict[str, Any] = event.payload["started"]
             return started

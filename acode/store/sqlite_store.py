@@ -68,6 +68,17 @@ UPSERT_STEP = (
 )
 _STEP_COLUMNS = "position, step_id, kind, status, attempt, task_id, input_hash, event_seq"
 SELECT_STEP_AT = f"SELECT {_STEP_COLUMNS} FROM steps WHERE sid = ? AND position = ?"
+SELECT_STEPS_WITH_EVENTS = (
+    "SELECT s.position, s.step_id, s.kind, s.status, s.attempt, s.task_id, s.input_hash,"
+    " s.event_seq, e.seq, e.event_id, e.ts, e.type, e.payload, e.hash"
+    " FROM steps s JOIN events e ON e.sid = s.sid AND e.seq = s.event_seq"
+    " WHERE s.sid = ? AND s.position >= ? AND s.position < ? ORDER BY s.position"
+)
+SELECT_UNFINISHED_STEPS = (
+    f"SELECT {_STEP_COLUMNS} FROM steps WHERE sid = ?"
+    " AND status IN ('in_progress', 'rolled_back', 'failed') ORDER BY position"
+)
+HAS_MESSAGES = "SELECT 1 FROM messages WHERE sid = ? LIMIT 1"
 SELECT_STEPS = f"SELECT {_STEP_COLUMNS} FROM steps WHERE sid = ? ORDER BY position"
 COUNT_STEPS_BY_STATUS = "SELECT status, count(*) FROM steps WHERE sid = ? GROUP BY status"
 UPSERT_CHECKPOINT = (
@@ -279,6 +290,21 @@ class SqliteStore:
     def step_at(self, sid: int, position: int) -> StepRecord | None:
         row = self.conn.execute(SELECT_STEP_AT, (sid, position)).fetchone()
         return _step(row) if row else None
+
+    def recorded_steps(
+        self, session: SessionRow, start: int, stop: int
+    ) -> list[tuple[StepRecord, Event]]:
+        """Step rows at positions [start, stop) with the events holding their outcome,
+        in one query: replaying a long session reads it in windows, not row by row."""
+        rows = self.conn.execute(SELECT_STEPS_WITH_EVENTS, (session.sid, start, stop))
+        return [(_step(r[:8]), self._event(session.id, r[8:])) for r in rows]
+
+    def unfinished_steps(self, sid: int) -> list[StepRecord]:
+        """Steps that did not complete: in progress, rolled back for a retry, or failed."""
+        return [_step(r) for r in self.conn.execute(SELECT_UNFINISHED_STEPS, (sid,))]
+
+    def has_messages(self, sid: int) -> bool:
+        return self.conn.execute(HAS_MESSAGES, (sid,)).fetchone() is not None
 
     def steps(self, sid: int) -> list[StepRecord]:
         return [_step(r) for r in self.conn.execute(SELECT_STEPS, (sid,))]

@@ -2,7 +2,7 @@
 of kills that landed.
 
 ACODE_CRASH_CASES (default 10) is the number of kill-and-resume cases; each case draws
-2 to 4 kills. ACODE_CRASH_SEED (default: a fresh random seed) seeds every case; it is
+3 or 4 kills. ACODE_CRASH_SEED (default: a fresh random seed) seeds every case; it is
 printed at the end of the run and in every failure, so that a case can be replayed.
 Both are read when the tests are collected, as tests/conftest.py clears ACODE_*
 variables before each test runs.

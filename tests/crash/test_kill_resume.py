@@ -169,7 +169,7 @@ def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(
     request: pytest.FixtureRequest,
 ) -> None:
     rng = random.Random(f"{crash_seed}:{crash_case}")
-    draws = draw_kills(rng, rng.randint(2, 4))
+    draws = draw_kills(rng, rng.randint(3, 4))
     ws = tmp_path / "ws"
     shutil.copytree(reference.template, ws, symlinks=True)
 

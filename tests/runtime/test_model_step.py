@@ -29,7 +29,7 @@ def test_answers_are_recorded_and_never_requested_again(workspace: Path) -> None
         sent = fake.chat_requests[1]["body"]["messages"]
         assert [m["content"] for m in sent] == ["Question one?", "first answer", "Question two?"]
 
-        with acode.resume_session(s.id, workspace=workspace) as r:
+        with acode.resume_session(s.id, workspace=workspace, config=_config(fake)) as r:
             assert r.model("m1", "Question one?") == "first answer"
             assert r.model("m2", "Question two?") == "second answer"
             assert r.model("m3", "Question three?") == "third answer"
@@ -47,7 +47,7 @@ def test_an_unanswered_request_is_sent_again_on_resume(workspace: Path) -> None:
             s.model("m1", "Anyone there?")
         s.close()
         assert s.state is acode.SessionState.EXECUTING  # not failed: resumable
-        with acode.resume_session(s.id, workspace=workspace) as r:
+        with acode.resume_session(s.id, workspace=workspace, config=_config(fake)) as r:
             assert r.model("m1", "Anyone there?") == "late answer"
         assert len(fake.chat_requests) == 2
 

@@ -2,7 +2,9 @@
 
 A non-idempotent command records a snapshot of the files it declares (``paths``)
 before it starts, so an interrupted run can be rolled back and run again; a
-``check`` command that exits 0 tells resume the effect is already there.
+``check`` command that exits 0 tells resume the effect is already there. A command
+that declares no paths, in a git work tree, gets a snapshot of the whole work tree
+instead: a private commit under ``refs/acode/`` (see :mod:`acode.runtime.git`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from acode.domain.plan import StepKind
 from acode.errors import StepFailedError
 from acode.runtime.files import expand_globs, resolve_in_workspace, sha256_bytes, sha256_file
+from acode.runtime.git import is_work_tree, restore_worktree, snapshot_ref, snapshot_worktree
 from acode.runtime.process import CommandResult, run_command
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 from acode.runtime.steps.file_steps import observe, restore_image
@@ -42,6 +45,11 @@ class RunStep:
         }
 
     def prepare(self, env: StepEnv) -> Prepared:
+        ctx = env.ctx
+        if not self.paths and is_work_tree(ctx.workspace):
+            ref = snapshot_ref(ctx.session_id, ctx.step_id, ctx.attempt)
+            ghost = snapshot_worktree(ctx.workspace, ref)
+            return Prepared({"command": self.command, "snapshot": {}, "ghost": ghost})
         snapshot: dict[str, str | None] = {}
         blobs: list[tuple[str, bytes]] = []
         for rel in expand_globs(env.ctx.workspace, self.paths):
@@ -88,8 +96,17 @@ class RunStep:
                     result={"check": self.check, "exit_code": 0, "recovered": True},
                 )
         snapshot: dict[str, str | None] = started.get("snapshot") or {}
-        if env.strategy == "retry" or not snapshot:
+        ghost: str | None = started.get("ghost")
+        if env.strategy == "retry" or not (snapshot or ghost):
             return Recovery(RecoveryAction.RETRY, f"running `{self.command}` again")
+        if ghost:
+            changed = restore_worktree(env.ctx.workspace, ghost)
+            return Recovery(
+                RecoveryAction.ROLLBACK_AND_RETRY,
+                f"restored {len(changed)} files of the work tree from snapshot {ghost[:12]}, "
+                "running again",
+                restored=tuple(changed),
+            )
         restored = []
         for rel, sha in sorted(snapshot.items()):
             if sha256_file(resolve_in_workspace(env.ctx.workspace, rel)) != sha:

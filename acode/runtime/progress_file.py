@@ -1,0 +1,344 @@
+"""The progress file: one session as a person reads it, in markdown (specification 003).
+
+``.agent/state/sessions/<id>/progress.md`` says where a session stands: what it is, the
+configuration it runs with, the conversation, the results of its steps and what is left.
+It is a view, never a source: resume reads the database, and nothing reads this file back.
+That is why writing it may fail without harm, and why it may leave things out to stay
+small (long texts are cut, only the newest messages and results are shown); the complete
+record is ``acode session export ID --format json``.
+
+Every text in it passes through the redactor before it is written (DESIGN.md invariant 7).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from acode.domain.plan import Plan
+from acode.domain.reducer import SessionSummary, StepRecord, StepStatus
+from acode.domain.states import is_terminal
+from acode.runtime.catalog import recorded_config, recorded_plan
+from acode.runtime.files import atomic_write
+from acode.runtime.journal import Journal
+from acode.runtime.workspace import StatePaths
+from acode.security.redaction import redact
+from acode.store.records import MessageRow, SessionRow
+from acode.store.sqlite_store import SqliteStore
+
+__all__ = ["PROGRESS_FILE_NAME", "ProgressFile", "iso_time", "redact_record", "render_progress"]
+
+PROGRESS_FILE_NAME = "progress.md"
+CUT_AT = 2000  # characters of one message or one result string shown in full
+RUN_TAIL_LINES = 20
+# The file is rewritten up to once a second: its cost must not grow with the session.
+SHOWN_MESSAGES = 200
+SHOWN_RESULTS = 200
+_ROLES = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system": "System"}
+
+
+# -- redaction -----------------------------------------------------------------------------
+
+
+def redact_record(value: Any) -> Any:
+    """A JSON-like value with every string redacted, keys included.
+
+    Unlike ``redact_json``, a string is redacted together with its key, so that
+    ``{"password": "hunter22"}`` is masked as ``password=hunter22`` would be: a
+    password has no shape of its own, only its name gives it away.
+    """
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(k)): _redact_field(str(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_record(v) for v in value]
+    return value
+
+
+def _redact_field(key: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return redact_record(value)
+    prefix = f"{key}="
+    masked = redact(prefix + value)
+    # A key that itself holds a secret shape changes the prefix too: fall back to the value.
+    return masked[len(prefix) :] if masked.startswith(prefix) else redact(value)
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+
+def iso_time(us: int, *, precise: bool = False) -> str:
+    """UTC ISO 8601 of a microsecond timestamp; ``precise`` keeps the microseconds."""
+    moment = datetime.fromtimestamp(us / 1e6, UTC)
+    if precise:
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def render_progress(
+    store: SqliteStore, row: SessionRow, summary: SessionSummary, *, now_us: int
+) -> str:
+    """The progress file of a session, as of ``summary``, written at ``now_us``."""
+    plan = recorded_plan(store, row)
+    records = store.steps(row.sid)
+    sections = [
+        f"# Session progress - {_one_line(row.title)}",
+        _metadata(store, row, summary, plan, now_us),
+        _configuration(row),
+        _conversation(store, row),
+        _tool_results(store, row, records),
+        _execution_state(summary, records, plan),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def _one_line(text: str) -> str:
+    # A newline in a title would end the heading or the list item it sits in.
+    return " ".join(redact(text).split())
+
+
+def _metadata(
+    store: SqliteStore, row: SessionRow, summary: SessionSummary, plan: Plan | None, now_us: int
+) -> str:
+    checkpoints = store.checkpoints(row.sid)
+    if checkpoints:
+        newest = checkpoints[0]
+        checkpoint = f"{iso_time(newest.created_at)} (checkpoint {newest.id}, event {newest.seq})"
+    else:
+        checkpoint = "none"
+    plan_title = _one_line(plan.title) if plan else "none (steps are recorded as they run)"
+    short = row.short_id or store.short_id(row.id)
+    lines = [
+        "## Execution Metadata",
+        "",
+        f"- **Session**: {row.id} (`{short}`)",
+        f"- **Plan**: {plan_title}",
+        f"- **Started**: {iso_time(row.created_at)}",
+        f"- **Last Checkpoint**: {checkpoint}",
+        f"- **Status**: {summary.state.value.lower()}",
+        f"- **Reason**: {_one_line(summary.reason) if summary.reason else 'none'}",
+        f"- **Written**: {iso_time(now_us)}",
+    ]
+    return "\n".join(lines)
+
+
+def _configuration(row: SessionRow) -> str:
+    config = recorded_config(row)
+    settings: dict[str, object] = {
+        "model": config.model.name,
+        "provider": config.model.base_url,
+        "temperature": config.model.temperature,
+        "max_tokens": config.model.max_tokens,
+        "durability": config.durability,
+    }
+    # A JSON string or number is also a valid YAML scalar, quoting and escapes included.
+    body = "\n".join(
+        f"{key}: {json.dumps(redact_record(value), ensure_ascii=False)}"
+        for key, value in settings.items()
+    )
+    return f"## Configuration\n\n{_fence(body, 'yaml')}"
+
+
+def _conversation(store: SqliteStore, row: SessionRow) -> str:
+    messages = store.messages(row.sid)
+    parts = ["## Conversation History"]
+    if not messages:
+        parts.append("_No messages yet._")
+    hidden = len(messages) - SHOWN_MESSAGES
+    if hidden > 0:
+        parts.append(
+            f"_Messages 1 to {hidden} are not shown here; "
+            f"`acode session export {row.short_id or row.id} --format json` has them all._"
+        )
+        messages = messages[hidden:]
+    parts.extend(_message(m) for m in messages)
+    return "\n\n".join(parts)
+
+
+def _message(message: MessageRow) -> str:
+    role = _ROLES.get(message.role, _one_line(message.role).capitalize())
+    heading = f"### Message {message.idx + 1} ({role})"
+    try:
+        data: Any = json.loads(message.content)
+    except ValueError:
+        data = message.content
+    if isinstance(data, dict) and isinstance(data.get("content"), str):
+        text = data["content"]
+        extra = {k: v for k, v in data.items() if k not in ("role", "content")}
+    else:
+        text, extra = None, data
+    blocks = [heading]
+    if text is not None:
+        blocks.append(_fence(_cut(redact(text)), "text"))
+    if extra:
+        blocks.append(_json_block(extra))
+    return "\n\n".join(blocks)
+
+
+def _tool_results(store: SqliteStore, row: SessionRow, records: Sequence[StepRecord]) -> str:
+    finished = [r for r in records if r.status in (StepStatus.COMPLETED, StepStatus.FAILED)]
+    parts = ["## Tool Results"]
+    if not finished:
+        parts.append("_No step has finished yet._")
+    hidden = len(finished) - SHOWN_RESULTS
+    if hidden > 0:
+        parts.append(
+            f"_The results of the first {hidden} finished steps are not shown here; "
+            f"`acode session export {row.short_id or row.id} --format json` has them all._"
+        )
+        finished = finished[hidden:]
+    for record in finished:
+        event = store.event(row, record.event_seq)
+        entry: dict[str, Any] = {"step": record.step_id, "kind": record.kind}
+        if record.status is StepStatus.COMPLETED:
+            entry["result"] = _shown_result(record.kind, event.payload.get("result"))
+        else:
+            entry["status"] = "failed"
+            entry["error"] = event.payload.get("error")
+        entry["timestamp"] = iso_time(event.ts_us)
+        parts.append(_json_block(entry))
+    return "\n\n".join(parts)
+
+
+def _shown_result(kind: str, result: Any) -> Any:
+    if kind != "run" or not isinstance(result, dict) or "stdout" not in result:
+        return result
+    shown: dict[str, Any] = {"exit_code": result.get("exit_code")}
+    for stream in ("stdout", "stderr"):
+        text = str(result.get(stream) or "")
+        if not text and stream == "stderr":
+            continue
+        lines = text.splitlines()
+        shown[stream] = lines[-RUN_TAIL_LINES:]  # a list: one line of output per line of JSON
+        if len(lines) > RUN_TAIL_LINES:
+            shown[f"{stream}_lines_not_shown"] = len(lines) - RUN_TAIL_LINES
+    if result.get("truncated"):
+        shown["truncated"] = True  # acode itself kept only the end of a long output
+    shown["duration_ms"] = result.get("duration_ms")
+    return shown
+
+
+def _execution_state(
+    summary: SessionSummary, records: Sequence[StepRecord], plan: Plan | None
+) -> str:
+    def ids(status: StepStatus) -> list[str]:
+        return [r.step_id for r in records if r.status is status]
+
+    started = {r.step_id for r in records}
+    in_progress = ids(StepStatus.IN_PROGRESS) + ids(StepStatus.ROLLED_BACK)
+    pending = [s.id for s in plan.steps() if s.id not in started] if plan else []
+    current, current_id = _current_step(summary, records, pending)
+    total = str(summary.total_steps) if summary.total_steps is not None else "unknown"
+    where = f" (`{_one_line(current_id)}`)" if current_id else ""
+    lines = [
+        "## Execution State",
+        "",
+        f"- Current step: {current} of {total}{where}",
+        f"- Completed: {_id_list(ids(StepStatus.COMPLETED))}",
+    ]
+    if in_progress:
+        lines.append(f"- In progress: {_id_list(in_progress)}")
+    lines.append(f"- Failed: {_id_list(ids(StepStatus.FAILED))}")
+    if plan is None:
+        lines.append("- Pending: [] (no recorded plan: steps become known as they run)")
+    else:
+        lines.append(f"- Pending: {_id_list(pending)}")
+    lines.append("- Variables: {}")
+    return "\n".join(lines)
+
+
+def _current_step(
+    summary: SessionSummary, records: Sequence[StepRecord], pending: Sequence[str]
+) -> tuple[int, str | None]:
+    """The 1-based number and id of the step the session is at: the unfinished one, else
+    the next to run, else (at the end) the last one that ran."""
+    last = records[-1] if records else None
+    if last is not None and last.status is not StepStatus.COMPLETED:
+        return last.position + 1, last.step_id
+    if pending and not is_terminal(summary.state):
+        return len(records) + 1, pending[0]
+    return len(records), last.step_id if last else None
+
+
+def _id_list(values: Sequence[str]) -> str:
+    return json.dumps(redact_record(list(values)), ensure_ascii=False)
+
+
+def _cut(text: str) -> str:
+    """``text``, or its first CUT_AT characters and a note. Cut only redacted text:
+    a secret cut in half no longer has the shape the redactor knows."""
+    if len(text) <= CUT_AT:
+        return text
+    return f"{text[:CUT_AT]}\n... [{len(text) - CUT_AT} more characters not shown]"
+
+
+def _shorten(value: Any) -> Any:
+    if isinstance(value, str):
+        return _cut(value)
+    if isinstance(value, dict):
+        return {k: _shorten(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shorten(v) for v in value]
+    return value
+
+
+def _json_block(value: Any) -> str:
+    text = json.dumps(_shorten(redact_record(value)), indent=2, ensure_ascii=False)
+    if len(text) > 4 * CUT_AT:  # many short strings still make a long block
+        text = _cut(text)
+    return _fence(text, "json")
+
+
+def _fence(text: str, language: str) -> str:
+    """A fenced block that ``text`` cannot close early, whatever backticks it holds."""
+    longest = run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text}\n{fence}"
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+class ProgressFile:
+    """Keeps one session's progress file current: each ``update`` rewrites it atomically,
+    at most once per ``min_interval_s`` unless it is the ``final`` one (pause, failure,
+    completion). Use one instance per session: the interval is the instance's."""
+
+    def __init__(self, paths: StatePaths, *, min_interval_s: float = 1.0) -> None:
+        self._paths = paths
+        self._min_interval_s = min_interval_s
+        self._last_attempt: float | None = None
+
+    def path(self, session_id: str) -> Path:
+        return self._paths.session_dir(session_id) / PROGRESS_FILE_NAME
+
+    def update(self, journal: Journal, *, final: bool = False) -> Path | None:
+        """Rewrite the progress file; the path written, or None when skipped or failed."""
+        now = time.monotonic()
+        if (
+            not final
+            and self._last_attempt is not None
+            and now - self._last_attempt < self._min_interval_s
+        ):
+            return None
+        self._last_attempt = now
+        summary = journal.summary
+        assert summary is not None  # a journal has a summary once its session exists
+        text = render_progress(journal.store, journal.row, summary, now_us=time.time_ns() // 1000)
+        target = self.path(journal.session_id)
+        try:
+            atomic_write(target, text.encode("utf-8"))
+        except OSError:
+            # The file is a view of the database, which already holds everything it says:
+            # a full disk or a read-only directory must not fail or pause the session.
+            # The old file (or none) stays whole, and the next update tries again.
+            return None
+        return target

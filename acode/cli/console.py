@@ -13,7 +13,7 @@ from acode.errors import AcodeError
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["ago", "emit_json", "err_console", "iso", "out_console", "render_error"]
+__all__ = ["ago", "count", "emit_json", "err_console", "iso", "out_console", "render_error"]
 
 _out: Console | None = None
 _err: Console | None = None
@@ -24,7 +24,9 @@ def out_console() -> Console:
     if _out is None:
         from rich.console import Console
 
-        _out = Console(highlight=False, soft_wrap=False)
+        # soft_wrap: a long message stays one line in a pipe or a log (one problem, one
+        # line); a terminal still wraps it for the eye.
+        _out = Console(highlight=False, soft_wrap=True)
     return _out
 
 
@@ -33,7 +35,7 @@ def err_console() -> Console:
     if _err is None:
         from rich.console import Console
 
-        _err = Console(stderr=True, highlight=False)
+        _err = Console(stderr=True, highlight=False, soft_wrap=True)
     return _err
 
 
@@ -64,3 +66,8 @@ def ago(us: int, now_us: int) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit} ago"
     return f"{seconds}s ago"
+
+
+def count(n: int | str, noun: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{n} {noun}" if str(n) == "1" else f"{n} {noun}s"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from acode.cli.console import emit_json, err_console, out_console
+from acode.cli.console import count, emit_json, err_console, out_console
 from acode.cli.progress import RichObserver, quiet_screen
 from acode.domain.plan import Plan
 from acode.domain.states import SessionState
@@ -66,7 +66,7 @@ def _drive(session: Session, plan: Plan, as_json: bool) -> int:
             session,
             as_json,
             EXIT_INTERRUPTED,
-            f"Paused session {short}; {session.steps_completed} steps are done. "
+            f"Paused session {short}; {count(session.steps_completed, 'step')} done. "
             f"Resume with: acode resume {short}",
         )
     except ApprovalPending as pending:
@@ -93,7 +93,7 @@ def _drive(session: Session, plan: Plan, as_json: bool) -> int:
     if final is SessionState.CANCELLED:
         return _report(session, as_json, 1, f"Approval denied: session {short} cancelled.")
     done = session.steps_completed
-    return _report(session, as_json, 0, f"Session {short} completed: {done} steps done.")
+    return _report(session, as_json, 0, f"Session {short} completed: {count(done, 'step')} done.")
 
 
 def _report(session: Session, as_json: bool, code: int, message: str) -> int:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from acode.cli.console import ago, emit_json, iso, out_console
+from acode.cli.console import ago, count, emit_json, iso, out_console
 from acode.domain.events import Event
 from acode.domain.reducer import SessionSummary, StepRecord
-from acode.resume.service import ResumePreview
 from acode.security.redaction import redact, redact_json
 from acode.store.records import SessionRow
+
+if TYPE_CHECKING:
+    from acode.resume.service import ResumePreview
 
 __all__ = [
     "event_json",
@@ -68,7 +70,8 @@ def print_session_list(rows: list[SessionRow], as_json: bool) -> None:
     table.add_column("AT STEP", overflow="ellipsis", max_width=24)
     table.add_column("TITLE", overflow="ellipsis", ratio=1)
     for r in rows:
-        table.add_row(r.short_id, r.state, ago(r.updated_at, now), r.current_step or "-", r.title)
+        state = f"{r.state} (discarded)" if r.archived else r.state
+        table.add_row(r.short_id, state, ago(r.updated_at, now), r.current_step or "-", r.title)
     console.print(table)
 
 
@@ -89,7 +92,9 @@ def print_status(
     lines = [
         f"Session: {row.short_id}  ({row.id})",
         f"Title:   {row.title}",
-        f"State:   {row.state}" + (f" ({summary.reason})" if summary.reason else ""),
+        f"State:   {row.state}"
+        + (" (discarded)" if row.archived else "")
+        + (f" ({summary.reason})" if summary.reason else ""),
         f"Steps:   {summary.steps_completed}{total} completed"
         + (f", {summary.steps_failed} failed" if summary.steps_failed else ""),
     ]
@@ -232,7 +237,7 @@ def environment_lines(preview: ResumePreview) -> list[str]:
 
 def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> None:
     if as_json:
-        emit_json({"event": "resume_preview" if dry_run else "resuming", **preview_json(preview)})
+        emit_json({**preview_json(preview), "event": "resume_preview" if dry_run else "resuming"})
         return
     s, c = preview.summary, preview.continuation
     short = preview.row.short_id
@@ -243,8 +248,8 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
             f"Would resume session {short}: {preview.row.title}",
             f"  Current state: {s.state.value}",
             f"  Last checkpoint: {preview.checkpoint_id} (event {s.seq})",
-            f"  Skipping: {s.steps_completed} steps (complete)",
-            f"  Remaining: {remaining} steps, from {_where(preview)}",
+            f"  Skipping: {count(s.steps_completed, 'step')} (complete)",
+            f"  Remaining: {count(remaining, 'step')}, from {_where(preview)}",
         ]
         if c is not None and c.in_progress:
             lines.append(f"  In progress: {c.in_progress} ({c.in_progress_action})")
@@ -265,7 +270,7 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
                 lines.append(f"  Skipping: Task {c.resume_task_number}, {steps} (complete)")
             if c.in_progress:
                 lines.append(f"  In progress: {c.in_progress} -> {c.in_progress_action}")
-        lines.append(f"  Starting from: {_where(preview)} ({remaining} steps remaining)")
+        lines.append(f"  Starting from: {_where(preview)} ({count(remaining, 'step')} remaining)")
         if preview.environment is not None and not preview.environment.valid:
             lines += environment_lines(preview)
     console = out_console()

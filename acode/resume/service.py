@@ -36,7 +36,7 @@ from acode.runtime.catalog import find_session, recorded_config, recorded_plan, 
 from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal, verify_history
-from acode.runtime.lifecycle import Workspace, open_workspace, take_lock
+from acode.runtime.lifecycle import Workspace, existing_workspace, take_lock
 from acode.runtime.log import log_event
 from acode.runtime.observer import Approver, Observer
 from acode.runtime.session import Session, StrategyPrompt
@@ -80,6 +80,13 @@ class ResumePreview:
             "sync_status": "local",
             "environment_valid": self.environment.valid if self.environment else None,
         }
+
+
+def _existing(workspace: Path | str, config: AcodeConfig | None) -> Workspace:
+    try:
+        return existing_workspace(workspace, config)
+    except SessionNotFoundError as exc:
+        raise NothingToResumeError(exc.message, hint=exc.hint) from exc
 
 
 def select_for_resume(store: SqliteStore, id_or_prefix: str | None) -> SessionRow:
@@ -190,7 +197,7 @@ def preview_resume(
     verify: bool = False,
 ) -> ResumePreview:
     """What `resume` would do, with the environment report; no lock, no writes."""
-    ws = open_workspace(workspace)
+    ws = _existing(workspace, None)
     store = open_store(ws.paths.db, ws.config.durability)
     try:
         row = select_for_resume(store, id_or_prefix)
@@ -266,7 +273,7 @@ def resume_session(
     `.agent/config.yml`); it must equal the one the session started with unless
     ``force``, and the session runs on with the recorded one."""
     clock = clock or SystemClock()
-    ws: Workspace = open_workspace(workspace, config)
+    ws: Workspace = _existing(workspace, config)
     try:
         return _resume(
             ws,

@@ -13,7 +13,7 @@ from acode.runtime.approvals import decision_payload
 from acode.runtime.catalog import find_session
 from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal
-from acode.runtime.lifecycle import open_workspace, take_lock
+from acode.runtime.lifecycle import existing_workspace, take_lock
 from acode.security.signing import load_signer
 from acode.store.sqlite_store import open_store
 
@@ -40,7 +40,7 @@ def decide_approval(
 ) -> Decision:
     """Record a signed decision for the session's pending approval (or ``step``)."""
     clock = SystemClock()
-    ws = open_workspace(workspace)
+    ws = existing_workspace(workspace)
     signer = load_signer()
     store = open_store(ws.paths.db, ws.config.durability)
     try:
@@ -63,6 +63,19 @@ def decide_approval(
                 )
             target = waiting[-1]
             request = store.event(row, target.event_seq).payload
+            for earlier in store.events_of_type(row, EventType.APPROVAL_DECIDED):
+                p = earlier.payload
+                if (p["step"], p["position"], p["subject_hash"]) == (
+                    target.step_id,
+                    target.position,
+                    request["subject_hash"],
+                ):
+                    verdict = "approved" if p["approved"] else "denied"
+                    raise UsageError(
+                        f"step {target.step_id!r} of session {row.short_id} was already "
+                        f"{verdict} by {p['by']}",
+                        hint=f"continue with: acode resume {row.short_id}",
+                    )
             who = by or getpass.getuser()
             journal.write(
                 [

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from acode.errors import StepFailedError, UsageError
 from acode.runtime.files import atomic_write
@@ -262,8 +263,8 @@ def snapshot_worktree(workspace: Path, ref: str) -> str:
     out. The parent is HEAD when there is one, so ``git diff HEAD <sha>`` reads naturally.
     """
     _check_ref(ref)
-    prefix = os.fsdecode(_git_bytes(workspace, ["rev-parse", "--show-prefix"]).rstrip(b"\n"))
-    entries = _worktree_entries(workspace)
+    prefix, head = _prefix_and_head(workspace)
+    entries = _worktree_entries(workspace, prefix)
     lines = b"".join(
         f"{entry.mode} {entry.blob}\t".encode() + os.fsencode(prefix + rel) + b"\0"
         for rel, entry in sorted(entries.items())
@@ -272,12 +273,18 @@ def snapshot_worktree(workspace: Path, ref: str) -> str:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
         _git_bytes(workspace, ["update-index", "--add", "-z", "--index-info"], env=env, stdin=lines)
         tree = _git_bytes(workspace, ["write-tree"], env=env).decode().strip()
-    head = _git(workspace, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
-    parent = ["-p", head.stdout.strip()] if head.returncode == 0 else []
+    parent = ["-p", head] if head else []
+    # acode's own identity, always: the snapshot is not the user's commit, and asking git
+    # for the user's configuration would cost two more processes on every run step.
+    identity = {
+        f"GIT_{role}_{field}": value
+        for role in ("AUTHOR", "COMMITTER")
+        for field, value in (("NAME", FALLBACK_NAME), ("EMAIL", FALLBACK_EMAIL))
+    }
     commit = _git_bytes(
         workspace,
         ["commit-tree", tree, *parent, "-m", SNAPSHOT_MESSAGE],
-        env=_identity_env(workspace),
+        env={**os.environ, **identity},
     )
     sha = commit.decode().strip()
     _git_ok(workspace, ["update-ref", "-m", SNAPSHOT_MESSAGE, ref, sha])
@@ -289,7 +296,7 @@ def worktree_diff(workspace: Path, sha: str) -> WorktreeDiff:
     return _diff(workspace, _snapshot_entries(workspace, sha))
 
 
-def restore_worktree(workspace: Path, sha: str) -> list[str]:
+def restore_worktree(workspace: Path, sha: str, *, backup_ref: str | None = None) -> list[str]:
     """Make the workspace's files equal to snapshot ``sha``; return the paths changed.
 
     Files that differ from the snapshot or are missing are written back (content, the
@@ -298,9 +305,15 @@ def restore_worktree(workspace: Path, sha: str) -> list[str]:
     Only files that differ are written, so the rest keep their modification times. The
     user's index is not touched; its cached stat data may be stale afterwards, which git
     handles by rechecking the content.
+
+    With ``backup_ref``, the work tree as it is is first kept there as a snapshot, so that
+    nothing the restore overwrites or deletes is lost. When that ref exists already, a
+    restore interrupted before has made it, and the first backup is the one kept.
     """
     snapshot = _snapshot_entries(workspace, sha)
     diff = _diff(workspace, snapshot)
+    if diff.paths and backup_ref is not None and not _has_ref(workspace, backup_ref):
+        snapshot_worktree(workspace, backup_ref)
     for rel in diff.remove:
         _remove(workspace, rel)
     contents = _read_blobs(workspace, {snapshot[rel].blob for rel in diff.rewrite})
@@ -333,6 +346,11 @@ def prune_snapshots(workspace: Path, session_id: str) -> int:
     return len(refs)
 
 
+def _has_ref(workspace: Path, ref: str) -> bool:
+    _check_ref(ref)
+    return _git(workspace, ["rev-parse", "--verify", "--quiet", ref]).returncode == 0
+
+
 def _check_ref(ref: str) -> None:
     parts = ref.split("/")
     if (
@@ -355,8 +373,21 @@ def _git_bytes(
     stdin: bytes = b"",
 ) -> bytes:
     """Run git with raw bytes in and out (file names need not be UTF-8); raise on failure."""
+    result = _run_bytes(workspace, args, env=env, stdin=stdin)
+    if result.returncode != 0:
+        _raise_failed(workspace, args, result)
+    return result.stdout
+
+
+def _run_bytes(
+    workspace: Path,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes = b"",
+) -> subprocess.CompletedProcess[bytes]:
     try:
-        result = subprocess.run(
+        return subprocess.run(
             ["git", *args],
             cwd=workspace,
             env=dict(env) if env is not None else None,
@@ -369,13 +400,16 @@ def _git_bytes(
             f"cannot run git in {workspace}: {exc}",
             hint="install git and check that the workspace directory exists",
         ) from exc
-    if result.returncode != 0:
-        detail = result.stderr.decode(errors="replace").strip() or f"exit {result.returncode}"
-        raise StepFailedError(
-            f"git {args[0]} failed in {workspace}: {detail}",
-            hint="fix the problem git reports (a lock file, permissions, disk space), then resume",
-        )
-    return result.stdout
+
+
+def _raise_failed(
+    workspace: Path, args: Sequence[str], result: subprocess.CompletedProcess[bytes]
+) -> NoReturn:
+    detail = result.stderr.decode(errors="replace").strip() or f"exit {result.returncode}"
+    raise StepFailedError(
+        f"git {args[0]} failed in {workspace}: {detail}",
+        hint="fix the problem git reports (a lock file, permissions, disk space), then resume",
+    )
 
 
 def _is_state(rel: str) -> bool:
@@ -411,13 +445,32 @@ def _mode_of(path: Path) -> str | None:
     return None  # a directory here is a repository of its own: not ours to snapshot
 
 
-def _worktree_entries(workspace: Path) -> dict[str, _Entry]:
+def _prefix(workspace: Path) -> str:
+    """The workspace's path inside the repository: "" at the top, else "dir/"."""
+    return os.fsdecode(_git_bytes(workspace, ["rev-parse", "--show-prefix"]).rstrip(b"\n"))
+
+
+def _prefix_and_head(workspace: Path) -> tuple[str, str | None]:
+    """:func:`_prefix` and HEAD's commit (None before the first commit), in one process."""
+    args = ["rev-parse", "--show-prefix", "--verify", "--quiet", "HEAD^{commit}"]
+    result = _run_bytes(workspace, args)
+    lines = result.stdout.split(b"\n")
+    # Exit 1 with the prefix printed is an unborn HEAD; anything else is a real failure.
+    if result.returncode not in (0, 1) or len(lines) < 2:
+        _raise_failed(workspace, args, result)
+    head = lines[1].decode().strip() if result.returncode == 0 else None
+    return os.fsdecode(lines[0]), head
+
+
+def _worktree_entries(workspace: Path, prefix: str) -> dict[str, _Entry]:
     modes = _worktree_modes(workspace)
-    blobs = _hash_objects(workspace, modes, write=True)
+    blobs = _hash_objects(workspace, prefix, modes, write=True)
     return {rel: _Entry(mode, blobs[rel]) for rel, mode in modes.items()}
 
 
-def _hash_objects(workspace: Path, modes: Mapping[str, str], *, write: bool) -> dict[str, str]:
+def _hash_objects(
+    workspace: Path, prefix: str, modes: Mapping[str, str], *, write: bool
+) -> dict[str, str]:
     """The blob id of each path's bytes as they are on disk, unfiltered."""
     command = ["hash-object", "--no-filters", *(["-w"] if write else [])]
     # --stdin-paths reads lines (and unquotes a leading '"') and follows symlinks: names it
@@ -425,7 +478,8 @@ def _hash_objects(workspace: Path, modes: Mapping[str, str], *, write: bool) -> 
     batch = [rel for rel, mode in modes.items() if mode != _MODE_LINK and _line_safe(rel)]
     blobs: dict[str, str] = {}
     if batch:
-        names = b"".join(os.fsencode(rel) + b"\n" for rel in batch)
+        # Unlike arguments, these names are read relative to the top of the work tree.
+        names = b"".join(os.fsencode(prefix + rel) + b"\n" for rel in batch)
         out = _git_bytes(workspace, [*command, "--stdin-paths"], stdin=names)
         blobs.update(zip(batch, out.decode().split(), strict=True))
     for rel, mode in modes.items():
@@ -468,7 +522,7 @@ def _snapshot_entries(workspace: Path, sha: str) -> dict[str, _Entry]:
 def _diff(workspace: Path, snapshot: Mapping[str, _Entry]) -> WorktreeDiff:
     modes = _worktree_modes(workspace)
     shared = {rel: mode for rel, mode in modes.items() if rel in snapshot}
-    blobs = _hash_objects(workspace, shared, write=False)
+    blobs = _hash_objects(workspace, _prefix(workspace), shared, write=False)
     rewrite = (
         rel
         for rel, entry in snapshot.items()

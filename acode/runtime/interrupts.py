@@ -42,6 +42,7 @@ class Interrupts:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
+            _kill_children()
             os._exit(EXIT_INTERRUPTED)
         self.requested = True
         if self._interruptible:
@@ -59,3 +60,28 @@ class Interrupts:
     def check(self) -> None:
         if self.requested:
             raise PauseRequested
+
+
+def _kill_children() -> None:
+    """Before exiting at once, stop the commands our steps started. They run in process
+    groups of their own (so a Ctrl+C reaches acode, not them), which is why leaving
+    would otherwise leave them running on, racing the resume that repeats their step."""
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        parent, group = int(fields[1]), int(fields[2])
+        if parent == me:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except OSError:
+                continue

@@ -13,6 +13,7 @@ from acode.domain.events import EventType, canonical_json
 from acode.domain.ids import uuid7
 from acode.domain.plan import Plan
 from acode.domain.states import SessionState
+from acode.errors import SessionNotFoundError
 from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.config import load_config
 from acode.runtime.git import ensure_state_ignored
@@ -25,7 +26,14 @@ from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.sqlite_store import open_store
 
-__all__ = ["Workspace", "now_iso", "open_session", "open_workspace", "take_lock"]
+__all__ = [
+    "Workspace",
+    "existing_workspace",
+    "now_iso",
+    "open_session",
+    "open_workspace",
+    "take_lock",
+]
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,18 @@ def open_workspace(workspace: Path | str = ".", config: AcodeConfig | None = Non
     paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ensure_state_ignored(paths.state_dir)
     return Workspace(root, paths, cfg)
+
+
+def existing_workspace(workspace: Path | str = ".", config: AcodeConfig | None = None) -> Workspace:
+    """The workspace, for commands that act on recorded sessions: where none was ever
+    recorded, say so rather than create acode's state there."""
+    root = Path(workspace).resolve()
+    if not StatePaths(root).db.exists():
+        raise SessionNotFoundError(
+            f"no acode sessions in {root}",
+            hint="run the command in the workspace of the session, or pass --workspace DIR",
+        )
+    return open_workspace(root, config)
 
 
 def now_iso(clock: Clock) -> str:

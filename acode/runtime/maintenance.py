@@ -12,7 +12,7 @@ from acode.runtime.catalog import find_session
 from acode.runtime.clock import SystemClock
 from acode.runtime.inspection import read_store
 from acode.runtime.journal import Journal
-from acode.runtime.lifecycle import open_workspace, take_lock
+from acode.runtime.lifecycle import existing_workspace, take_lock
 from acode.runtime.locks import LockOwner, force_unlock, is_locked, read_owner
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
@@ -23,13 +23,18 @@ __all__ = ["discard_session", "unlock_session"]
 
 
 def unlock_session(workspace: Path, id_or_prefix: str, *, force: bool) -> LockOwner | None:
-    """Remove the lock file; refuses while its holder runs unless ``force``."""
+    """Remove the lock file; refuses while its holder runs unless ``force``. Returns the
+    holder that was removed (None: nobody held it)."""
     paths = StatePaths(workspace)
     with read_store(workspace) as store:
         if store is None:
             raise NothingToResumeError("no sessions in this workspace")
         row = find_session(store, id_or_prefix)
-    if is_locked(paths.locks, row.id) and not force:
+    held = is_locked(paths.locks, row.id)
+    if not held:
+        force_unlock(paths.locks, row.id)  # only a record of a holder that has ended
+        return None
+    if not force:
         owner = read_owner(paths.locks, row.id)
         raise SessionLockedError(
             f"session {row.short_id} is locked by "
@@ -43,7 +48,7 @@ def unlock_session(workspace: Path, id_or_prefix: str, *, force: bool) -> LockOw
 def discard_session(workspace: Path, id_or_prefix: str, *, reason: str | None = None) -> SessionRow:
     """Take a resumable session off the resumable list; its history stays readable."""
     clock = SystemClock()
-    ws = open_workspace(workspace)
+    ws = existing_workspace(workspace)
     store = open_store(ws.paths.db, ws.config.durability)
     try:
         row = find_session(store, id_or_prefix)

@@ -28,14 +28,16 @@ def run_plan(session: Session, plan: Plan) -> SessionState:
 
 
 def _run_step(session: Session, spec: StepSpec, gated: StepSpec | None) -> bool:
-    task = spec.task_id
+    task, title = spec.task_id, spec.title
     match spec.kind:
         case StepKind.READ:
-            session.read(spec.id, spec.target, task=task)
+            session.read(spec.id, spec.target, task=task, title=title)
         case StepKind.WRITE:
-            session.write(spec.id, spec.target, spec.content or "", task=task)
+            session.write(spec.id, spec.target, spec.content or "", task=task, title=title)
         case StepKind.EDIT:
-            session.edit(spec.id, spec.target, spec.old or "", spec.new or "", task=task)
+            session.edit(
+                spec.id, spec.target, spec.old or "", spec.new or "", task=task, title=title
+            )
         case StepKind.RUN:
             session.run(
                 spec.id,
@@ -45,17 +47,18 @@ def _run_step(session: Session, spec: StepSpec, gated: StepSpec | None) -> bool:
                 paths=spec.paths,
                 check=spec.check,
                 task=task,
+                title=title,
             )
         case StepKind.APPROVE:
             # What the person approves is the question and the step it gates: if the
             # plan's next step changes, a recorded decision no longer applies.
             subject = gated.to_dict() if gated is not None else None
-            return session.approve(spec.id, spec.target, subject=subject, task=task)
+            return session.approve(spec.id, spec.target, subject=subject, task=task, title=title)
         case StepKind.MODEL:
-            session.model(spec.id, spec.target, task=task)
+            session.model(spec.id, spec.target, task=task, title=title)
         case StepKind.PYTHON:
             fn = import_step_function(spec.target, session.workspace)
-            session.step(spec.id, fn, task=task, title=spec.title)
+            session.step(spec.id, fn, task=task, title=title)
         case StepKind.COMMIT:
-            session.commit(spec.id, spec.target, task=task)
+            session.commit(spec.id, spec.target, task=task, title=title)
     return True

@@ -163,23 +163,38 @@ class Session:
         """Run ``fn(ctx)`` once and return its JSON-able result."""
         return self._perform(PythonStep(fn, input), step_id, task, title)
 
-    def read(self, step_id: str, path: str, *, task: str | None = None) -> str:
-        return str(self._perform(ReadStep(path), step_id, task, f"read {path}"))
+    def read(
+        self, step_id: str, path: str, *, task: str | None = None, title: str | None = None
+    ) -> str:
+        return str(self._perform(ReadStep(path), step_id, task, title or f"read {path}"))
 
     def write(
-        self, step_id: str, path: str, content: str | bytes, *, task: str | None = None
+        self,
+        step_id: str,
+        path: str,
+        content: str | bytes,
+        *,
+        task: str | None = None,
+        title: str | None = None,
     ) -> dict[str, Any]:
         data = content.encode() if isinstance(content, str) else content
         result: dict[str, Any] = self._perform(
-            WriteStep(path, data), step_id, task, f"write {path}"
+            WriteStep(path, data), step_id, task, title or f"write {path}"
         )
         return result
 
     def edit(
-        self, step_id: str, path: str, old: str, new: str, *, task: str | None = None
+        self,
+        step_id: str,
+        path: str,
+        old: str,
+        new: str,
+        *,
+        task: str | None = None,
+        title: str | None = None,
     ) -> dict[str, Any]:
         result: dict[str, Any] = self._perform(
-            EditStep(path, old, new), step_id, task, f"edit {path}"
+            EditStep(path, old, new), step_id, task, title or f"edit {path}"
         )
         return result
 
@@ -193,19 +208,24 @@ class Session:
         paths: tuple[str, ...] | list[str] = (),
         check: str | None = None,
         task: str | None = None,
+        title: str | None = None,
     ) -> CommandResult | dict[str, Any]:
         action = RunStep(command, idempotent, timeout, tuple(paths), check)
         result: CommandResult | dict[str, Any] = self._perform(
-            action, step_id, task, f"run {command}"
+            action, step_id, task, title or f"run {command}"
         )
         return result
 
-    def commit(self, step_id: str, message: str, *, task: str | None = None) -> str:
-        return str(self._perform(CommitStep(message), step_id, task, f"commit {message}"))
+    def commit(
+        self, step_id: str, message: str, *, task: str | None = None, title: str | None = None
+    ) -> str:
+        return str(self._perform(CommitStep(message), step_id, task, title or f"commit {message}"))
 
-    def model(self, step_id: str, prompt: str, *, task: str | None = None) -> str:
+    def model(
+        self, step_id: str, prompt: str, *, task: str | None = None, title: str | None = None
+    ) -> str:
         action = ModelStep(prompt, tuple(self._conversation()))
-        return str(self._perform(action, step_id, task, f"model {prompt}"))
+        return str(self._perform(action, step_id, task, title or f"model {prompt}"))
 
     def approve(
         self,
@@ -214,13 +234,16 @@ class Session:
         *,
         subject: object = None,
         task: str | None = None,
+        title: str | None = None,
     ) -> bool:
         """Ask a person; the decision is recorded and signed. Raises ApprovalPending
         when there is no decision and no one to ask."""
         self._require_active()
         input_hash = _input_hash({"q": question})
         position, record = self._claim(step_id, StepKind.APPROVE, input_hash)
-        notice = self._notice(position, step_id, StepKind.APPROVE, task, f"approve {question}")
+        notice = self._notice(
+            position, step_id, StepKind.APPROVE, task, title or f"approve {question}"
+        )
         if record is not None and record.status is StepStatus.COMPLETED:
             self.observer.on_step(notice(StepPhase.SKIPPED, None))
             return bool(self._recorded_result(record)["approved"])
@@ -377,6 +400,13 @@ class Session:
             self._fail(env, input_hash, exc)
             self.observer.on_step(notice(StepPhase.FAILED, exc.message))
             raise
+        except UsageError as refused:
+            # A path outside the workspace, say: running it again can never succeed, so
+            # the step fails rather than leave a session that every resume stops at.
+            failure = StepFailedError(refused.message, hint=refused.hint)
+            self._fail(env, input_hash, failure)
+            self.observer.on_step(notice(StepPhase.FAILED, failure.message))
+            raise failure from refused
         except Exception as exc:
             failure = StepFailedError(
                 f"step {env.ctx.step_id!r} raised {type(exc).__name__}: {exc}"

@@ -99,12 +99,6 @@ def test_a_bad_plan_creates_no_state_in_a_new_workspace(acode: Cli) -> None:
     assert sorted(p.name for p in acode.workspace.iterdir()) == ["plan.yml"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="acode/cli/console.py: the stderr Console wraps at 80 columns when stderr is not "
-    "a terminal, so a long plan problem continues on a line without '<file>:<line>:', "
-    "against docs/plans.md 'Each problem is one line, <file>:<line>: <problem>'",
-)
 def test_each_plan_problem_is_one_line_at_the_default_width(acode: Cli) -> None:
     acode.write("bad.yml", plan_yaml("Bad", "{id: a, frobnicate: x}"))
     narrow = {k: v for k, v in acode.env.items() if k != "COLUMNS"}
@@ -245,15 +239,6 @@ def test_a_write_that_resolves_outside_is_refused(
     assert session_count(acode.workspace) == 1  # the database is intact
 
 
-_CREATES_STATE = pytest.mark.xfail(
-    strict=True,
-    reason="given a session id, resume (also --dry-run), approve and session discard call "
-    "open_workspace/open_store before looking the id up, so in a directory without acode "
-    "state they create .agent/state/acode.db (and .gitignore) although they find nothing; "
-    "find_workspace then treats that directory as a workspace",
-)
-
-
 @pytest.mark.parametrize(
     ("command", "status"),
     [
@@ -261,12 +246,10 @@ _CREATES_STATE = pytest.mark.xfail(
         pytest.param(["resume"], 14, id="resume"),
         pytest.param(["resume", "--dry-run"], 14, id="resume-dry-run"),
         pytest.param(["session", "unlock", "abcd1234"], 14, id="unlock"),
-        pytest.param(["resume", "abcd1234"], 14, id="resume-id", marks=_CREATES_STATE),
-        pytest.param(
-            ["resume", "abcd1234", "--dry-run"], 14, id="resume-id-dry-run", marks=_CREATES_STATE
-        ),
-        pytest.param(["approve", "abcd1234"], 1, id="approve", marks=_CREATES_STATE),
-        pytest.param(["session", "discard", "abcd1234"], 1, id="discard", marks=_CREATES_STATE),
+        pytest.param(["resume", "abcd1234"], 14, id="resume-id"),
+        pytest.param(["resume", "abcd1234", "--dry-run"], 14, id="resume-id-dry-run"),
+        pytest.param(["approve", "abcd1234"], 1, id="approve"),
+        pytest.param(["session", "discard", "abcd1234"], 1, id="discard"),
     ],
 )
 def test_a_command_that_finds_nothing_creates_no_state(

@@ -280,12 +280,6 @@ def test_a_discarded_session_leaves_the_lists_but_keeps_its_history(acode: Cli) 
     assert history.json()[-1]["type"] == "session_discarded"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="acode/cli/inspect.py session_unlock prints 'Removed the lock of <last holder>' "
-    "whenever the lock file exists; lock files are kept after release (locks.py), so a "
-    "session nobody holds is reported as unlocked from a pid that exited long ago",
-)
 def test_unlocking_a_session_nobody_holds_says_so(two: Two) -> None:
     result = two.acode("session", "unlock", two.done["short_id"])
 

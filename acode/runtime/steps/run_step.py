@@ -100,13 +100,7 @@ class RunStep:
         if env.strategy == "retry" or not (snapshot or ghost):
             return Recovery(RecoveryAction.RETRY, f"running `{self.command}` again")
         if ghost:
-            changed = restore_worktree(env.ctx.workspace, ghost)
-            return Recovery(
-                RecoveryAction.ROLLBACK_AND_RETRY,
-                f"restored {len(changed)} files of the work tree from snapshot {ghost[:12]}, "
-                "running again",
-                restored=tuple(changed),
-            )
+            return self._restore_ghost(env, ghost)
         restored = []
         for rel, sha in sorted(snapshot.items()):
             if sha256_file(resolve_in_workspace(env.ctx.workspace, rel)) != sha:
@@ -116,6 +110,20 @@ class RunStep:
             RecoveryAction.ROLLBACK_AND_RETRY,
             f"restored {len(restored)} of {len(snapshot)} declared files, running again",
             restored=tuple(restored),
+        )
+
+    def _restore_ghost(self, env: StepEnv, ghost: str) -> Recovery:
+        ctx = env.ctx
+        # The rollback also reverts whatever a person changed while the session was
+        # stopped: keep the work tree as found, so that nothing is lost for good.
+        backup = snapshot_ref(ctx.session_id, ctx.step_id, ctx.attempt) + "-before-rollback"
+        changed = restore_worktree(ctx.workspace, ghost, backup_ref=backup)
+        kept = f"; the work tree as found is kept at {backup}" if changed else ""
+        return Recovery(
+            RecoveryAction.ROLLBACK_AND_RETRY,
+            f"restored {len(changed)} files of the work tree from snapshot {ghost[:12]}"
+            f"{kept}; running again",
+            restored=tuple(changed),
         )
 
     def value(self, env: StepEnv, result: Any) -> CommandResult | dict[str, Any]:

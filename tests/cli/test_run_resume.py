@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 import signal
 
-import pytest
-
 from tests.cli.conftest import Cli, plan_yaml, wait_for_pid
 
 __all__: list[str] = []

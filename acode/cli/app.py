@@ -263,6 +263,23 @@ def session_unlock(
     inspect.session_unlock(_workspace(workspace), session_id, force)
 
 
+@session_app.command("export")
+def session_export(
+    session_id: SessionArgument,
+    workspace: WorkspaceOption = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="md (the progress file) or json (everything).")
+    ] = "md",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
+    ] = None,
+) -> None:
+    """Export a session, redacted: the progress file (md) or the complete history (json)."""
+    from acode.cli import inspect
+
+    inspect.session_export(_workspace(workspace), session_id, fmt, output)
+
+
 @session_app.command("discard")
 def session_discard(
     session_id: SessionArgument, workspace: WorkspaceOption = None, as_json: JsonOption = False

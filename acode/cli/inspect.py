@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from acode.cli.console import emit_json, out_console
+from acode.cli.console import emit_json, err_console, out_console
 from acode.cli.views import (
     print_history,
     print_session_list,
@@ -13,12 +14,13 @@ from acode.cli.views import (
     session_json,
 )
 from acode.domain.states import SessionState, is_resumable
-from acode.errors import NothingToResumeError, SessionNotFoundError
+from acode.errors import NothingToResumeError, SessionNotFoundError, UsageError
 from acode.runtime.inspection import read_store, session_detail, session_events
 from acode.runtime.maintenance import discard_session, unlock_session
 
 __all__ = [
     "session_discard",
+    "session_export",
     "session_history",
     "session_list",
     "session_show",
@@ -98,3 +100,21 @@ def session_discard(workspace: Path, session_id: str, as_json: bool) -> None:
         f"resumable sessions. Its history stays readable: acode session history {row.short_id}",
         markup=False,
     )
+
+
+def session_export(workspace: Path, session_id: str, fmt: str, output: Path | None) -> None:
+    from acode.runtime.catalog import find_session
+    from acode.runtime.export import export_session
+    from acode.runtime.files import atomic_write
+
+    if fmt not in ("md", "json"):
+        raise UsageError(f"--format {fmt!r} is not one of md, json")
+    with read_store(workspace) as store:
+        if store is None:
+            raise SessionNotFoundError(f"no session {session_id!r}: {workspace} has no sessions")
+        text = export_session(store, find_session(store, session_id), fmt)  # type: ignore[arg-type]
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    atomic_write(output.resolve(), text.encode())
+    err_console().print(f"Wrote {output}", markup=False)

@@ -16,7 +16,8 @@ from acode.domain.events import Event
 from acode.domain.reducer import SessionSummary, fold_all
 from acode.errors import UsageError
 from acode.runtime.catalog import recorded_plan
-from acode.runtime.progress_file import iso_time, redact_record, render_progress
+from acode.runtime.progress_file import iso_time, render_progress
+from acode.security.redaction import redact_json
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore
 
@@ -39,7 +40,7 @@ def export_session(store: SqliteStore, row: SessionRow, fmt: ExportFormat) -> st
     if fmt == "md":
         return render_progress(store, row, summary, now_us=now_us)
     document = _document(store, row, summary, events, now_us)
-    return json.dumps(redact_record(document), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(redact_json(document), indent=2, ensure_ascii=False) + "\n"
 
 
 def _document(

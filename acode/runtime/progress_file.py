@@ -26,11 +26,11 @@ from acode.runtime.catalog import recorded_config, recorded_plan
 from acode.runtime.files import atomic_write
 from acode.runtime.journal import Journal
 from acode.runtime.workspace import StatePaths
-from acode.security.redaction import redact
+from acode.security.redaction import redact, redact_json
 from acode.store.records import MessageRow, SessionRow
 from acode.store.sqlite_store import SqliteStore
 
-__all__ = ["PROGRESS_FILE_NAME", "ProgressFile", "iso_time", "redact_record", "render_progress"]
+__all__ = ["PROGRESS_FILE_NAME", "ProgressFile", "iso_time", "render_progress"]
 
 PROGRESS_FILE_NAME = "progress.md"
 CUT_AT = 2000  # characters of one message or one result string shown in full
@@ -42,31 +42,6 @@ _ROLES = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system": "S
 
 
 # -- redaction -----------------------------------------------------------------------------
-
-
-def redact_record(value: Any) -> Any:
-    """A JSON-like value with every string redacted, keys included.
-
-    Unlike ``redact_json``, a string is redacted together with its key, so that
-    ``{"password": "hunter22"}`` is masked as ``password=hunter22`` would be: a
-    password has no shape of its own, only its name gives it away.
-    """
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {redact(str(k)): _redact_field(str(k), v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_record(v) for v in value]
-    return value
-
-
-def _redact_field(key: str, value: Any) -> Any:
-    if not isinstance(value, str):
-        return redact_record(value)
-    prefix = f"{key}="
-    masked = redact(prefix + value)
-    # A key that itself holds a secret shape changes the prefix too: fall back to the value.
-    return masked[len(prefix) :] if masked.startswith(prefix) else redact(value)
 
 
 # -- rendering -----------------------------------------------------------------------------
@@ -138,7 +113,7 @@ def _configuration(row: SessionRow) -> str:
     }
     # A JSON string or number is also a valid YAML scalar, quoting and escapes included.
     body = "\n".join(
-        f"{key}: {json.dumps(redact_record(value), ensure_ascii=False)}"
+        f"{key}: {json.dumps(redact_json(value), ensure_ascii=False)}"
         for key, value in settings.items()
     )
     return f"## Configuration\n\n{_fence(body, 'yaml')}"
@@ -266,7 +241,7 @@ def _current_step(
 
 
 def _id_list(values: Sequence[str]) -> str:
-    return json.dumps(redact_record(list(values)), ensure_ascii=False)
+    return json.dumps(redact_json(list(values)), ensure_ascii=False)
 
 
 def _cut(text: str) -> str:
@@ -288,7 +263,7 @@ def _shorten(value: Any) -> Any:
 
 
 def _json_block(value: Any) -> str:
-    text = json.dumps(_shorten(redact_record(value)), indent=2, ensure_ascii=False)
+    text = json.dumps(_shorten(redact_json(value)), indent=2, ensure_ascii=False)
     if len(text) > 4 * CUT_AT:  # many short strings still make a long block
         text = _cut(text)
     return _fence(text, "json")

@@ -46,6 +46,7 @@ from acode.runtime.observer import (
     StepPhase,
 )
 from acode.runtime.process import CommandResult
+from acode.runtime.progress_file import ProgressFile
 from acode.runtime.steps.base import (
     InProgressStrategy,
     Outcome,
@@ -113,6 +114,7 @@ class Session:
         self._window: dict[int, tuple[StepRecord, Event]] = {}
         self._history: list[dict[str, Any]] | None = None
         self._closed = False
+        self._progress = ProgressFile(StatePaths(workspace))
 
     # -- what a caller may read ----------------------------------------------------
 
@@ -282,6 +284,7 @@ class Session:
                     ],
                     steps=[self._record(base, StepStatus.IN_PROGRESS)],
                 )
+                self._progress.update(self._journal, final=True)
             raise ApprovalPending(step_id, question)
         result = {"approved": bool(decision["approved"]), "by": decision["by"]}
         entries += self._to(SessionState.EXECUTING, "approval decided")
@@ -415,6 +418,7 @@ class Session:
             self.observer.on_step(notice(StepPhase.FAILED, failure.message))
             raise failure from exc
         self._finish(env, input_hash, outcome)
+        self._progress.update(self._journal)
         elapsed = int((time.monotonic() - started_at) * 1000)
         self.observer.on_step(notice(StepPhase.DONE, None, elapsed))
         self.interrupts.check()
@@ -607,6 +611,7 @@ class Session:
         entries = self._to(target, reason)
         if entries:
             self._journal.write(entries)
+            self._progress.update(self._journal, final=True)
 
     def complete(self) -> None:
         self._transition(SessionState.COMPLETED, "all steps done")

@@ -77,7 +77,7 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
             r"(?i)(?<![A-Za-z0-9])(?:[a-z0-9_.-]*?[_.-])?"
             r"(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|"
             r"access[_-]?token|auth[_-]?token|refresh[_-]?token|client[_-]?secret|token)"
-            r"[\"']?\s*[:=]\s*[\"']?(?P<s>[^\s\"',;&]{4,})"
+            r"[\"']?\s*[:=]\s*[\"']?(?!\*\*\*)(?P<s>[^\s\"',;&]{4,})"
         ),
         _group("s"),
     ),
@@ -92,11 +92,22 @@ def redact(text: str) -> str:
 
 
 def redact_json(value: Any) -> Any:
-    """A JSON-like value with every string redacted (keys included)."""
+    """A JSON-like value with every string redacted, keys included. A string is judged
+    together with its key, so ``{"password": "hunter22"}`` is masked as
+    ``password=hunter22`` would be: a password has no shape, only its name gives it away."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {redact(str(k)): redact_json(v) for k, v in value.items()}
+        return {redact(str(k)): _redact_field(str(k), v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact_json(v) for v in value]
     return value
+
+
+def _redact_field(key: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return redact_json(value)
+    prefix = f"{key}="
+    masked = redact(prefix + value)
+    # A key that itself has a secret's shape changes the prefix too: judge the value alone.
+    return masked[len(prefix) :] if masked.startswith(prefix) else redact(value)

@@ -284,27 +284,23 @@ def _fence(text: str, language: str) -> str:
 
 class ProgressFile:
     """Keeps one session's progress file current: each ``update`` rewrites it atomically,
-    at most once per ``min_interval_s`` unless it is the ``final`` one (pause, failure,
-    completion). Use one instance per session: the interval is the instance's."""
+    at most once per ``min_interval_s`` (longer for very long sessions) unless it is the
+    ``final`` one (pause, failure, completion). Use one instance per session: the
+    interval is the instance's."""
 
     def __init__(self, paths: StatePaths, *, min_interval_s: float = 1.0) -> None:
         self._paths = paths
         self._min_interval_s = min_interval_s
-        self._last_attempt: float | None = None
+        self._next_due: float | None = None
 
     def path(self, session_id: str) -> Path:
         return self._paths.session_dir(session_id) / PROGRESS_FILE_NAME
 
     def update(self, journal: Journal, *, final: bool = False) -> Path | None:
         """Rewrite the progress file; the path written, or None when skipped or failed."""
-        now = time.monotonic()
-        if (
-            not final
-            and self._last_attempt is not None
-            and now - self._last_attempt < self._min_interval_s
-        ):
+        started = time.monotonic()
+        if not final and self._next_due is not None and started < self._next_due:
             return None
-        self._last_attempt = now
         summary = journal.summary
         assert summary is not None  # a journal has a summary once its session exists
         text = render_progress(journal.store, journal.row, summary, now_us=time.time_ns() // 1000)
@@ -316,4 +312,9 @@ class ProgressFile:
             # a full disk or a read-only directory must not fail or pause the session.
             # The old file (or none) stays whole, and the next update tries again.
             return None
+        finally:
+            # Rendering grows with the session; waiting 50 times as long as it took keeps
+            # the progress file under 2% of a long run's time, however long it gets.
+            spent = time.monotonic() - started
+            self._next_due = started + max(self._min_interval_s, 50 * spent)
         return target

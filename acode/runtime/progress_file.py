@@ -288,9 +288,12 @@ class ProgressFile:
     ``final`` one (pause, failure, completion). Use one instance per session: the
     interval is the instance's."""
 
-    def __init__(self, paths: StatePaths, *, min_interval_s: float = 1.0) -> None:
+    def __init__(
+        self, paths: StatePaths, *, min_interval_s: float = 1.0, max_share: float = 0.02
+    ) -> None:
         self._paths = paths
         self._min_interval_s = min_interval_s
+        self._max_share = max_share
         self._next_due: float | None = None
 
     def path(self, session_id: str) -> Path:
@@ -313,8 +316,8 @@ class ProgressFile:
             # The old file (or none) stays whole, and the next update tries again.
             return None
         finally:
-            # Rendering grows with the session; waiting 50 times as long as it took keeps
-            # the progress file under 2% of a long run's time, however long it gets.
+            # Rendering grows with the session; waiting in proportion to what it took keeps
+            # the progress file under max_share of a long run's time, however long.
             spent = time.monotonic() - started
-            self._next_due = started + max(self._min_interval_s, 50 * spent)
+            self._next_due = started + max(self._min_interval_s, spent / self._max_share)
         return target

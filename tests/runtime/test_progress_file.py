@@ -258,7 +258,7 @@ def test_updates_within_the_interval_write_once_unless_final(workspace: Path) ->
 
 
 def test_an_update_after_the_interval_writes_again(workspace: Path) -> None:
-    progress = _progress(workspace, min_interval_s=0.05)
+    progress = _progress(workspace, min_interval_s=0.05, max_share=1.0)
     s = acode.open_session("t", workspace)
     try:
         assert progress.update(s.journal) is not None
@@ -272,7 +272,7 @@ def test_an_update_after_the_interval_writes_again(workspace: Path) -> None:
 
 
 def test_writes_are_atomic_and_leave_no_temporary_files(workspace: Path) -> None:
-    progress = _progress(workspace, min_interval_s=0)
+    progress = _progress(workspace, min_interval_s=0, max_share=1.0)
     s = acode.open_session("t", workspace)
     try:
         for i in range(5):

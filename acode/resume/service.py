@@ -325,6 +325,8 @@ def _resume(
         lock = take_lock(ws, row.id, clock)
         cleanup.callback(lock.release)
         row = store.session(row.id)  # it may have moved on while we took the lock
+        # With the lock free, whoever ran the session is gone: what it staged is debris.
+        ws.paths.clear_temp(row.id)
         _refuse_terminal(row)
         recorded = recorded_config(row)
         journal = Journal.load(store, row, clock, signer)

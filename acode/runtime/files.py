@@ -69,7 +69,7 @@ def stat_file(path: Path) -> FileStat | None:
     return FileStat(size=result.st_size, mtime_ns=result.st_mtime_ns)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, temp_dir: Path | None = None) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file.
 
     The data goes to a temporary file in the same directory (same file system, so the
@@ -77,12 +77,16 @@ def atomic_write(path: Path, data: bytes) -> None:
     the rename itself survives power loss. An existing file keeps its permission bits.
     A symlink at ``path`` is replaced, not followed: :func:`resolve_in_workspace` already
     returns resolved paths. On failure the temporary file is removed and the target is as
-    it was.
+    it was. ``temp_dir`` (on the same file system) keeps the temporary file elsewhere:
+    a SIGKILL between write and rename, which nothing can clean up at once, then leaves
+    it there rather than in the user's tree.
     """
     parent = path.parent
     _make_dirs_durably(parent)
+    if temp_dir is not None:
+        _make_dirs_durably(temp_dir)
     mode = _existing_mode(path)
-    fd, temp = _create_temp(parent)
+    fd, temp = _create_temp(temp_dir or parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -90,7 +94,15 @@ def atomic_write(path: Path, data: bytes) -> None:
             if mode is not None:
                 os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.replace(temp, path)
+        try:
+            os.replace(temp, path)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV or temp_dir is None:
+                raise
+            # The target lives on another file system than temp_dir: write beside it.
+            os.unlink(temp)
+            atomic_write(path, data)
+            return
     except BaseException:
         # BaseException too: a Ctrl+C mid-write must not leave a stray temp file behind.
         with contextlib.suppress(OSError):

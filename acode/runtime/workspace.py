@@ -45,3 +45,13 @@ class StatePaths:
 
     def session_dir(self, session_id: str) -> Path:
         return self.state_dir / "sessions" / session_id
+
+    def temp_dir(self, session_id: str) -> Path:
+        """Where a session's file writes are staged before their rename; what a kill
+        leaves here is removed when the session is resumed."""
+        return self.state_dir / "tmp" / session_id
+
+    def clear_temp(self, session_id: str) -> None:
+        import shutil
+
+        shutil.rmtree(self.temp_dir(session_id), ignore_errors=True)

@@ -85,6 +85,8 @@ def reference(crash_root: Path, crash_env: dict[str, str]) -> Reference:
         template=template,
         plan_file=plan_file,
         env=crash_env,
+        workspace=ws,
+        session_id=session_id,
         files=workspace_files(ws),
         git=GitState.of(ws, crash_env),
         pace=Pace(

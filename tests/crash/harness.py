@@ -81,6 +81,8 @@ class Reference:
     template: Path
     plan_file: Path
     env: dict[str, str]
+    workspace: Path
+    session_id: str
     files: dict[str, bytes]
     git: GitState
     pace: Pace

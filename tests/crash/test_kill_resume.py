@@ -156,7 +156,8 @@ def _check_run(ws: Path, session_id: str, reference: Reference, context: str) ->
             f"{effect.pid}) after its completion was recorded"
         )
 
-    assert cli.run("resume", session_id).returncode == EXIT_TERMINAL, context
+    again = cli.run("resume", session_id)
+    assert again.returncode == EXIT_TERMINAL, f"{context}\n{again.stderr}"
 
 
 def test_killed_and_resumed_run_ends_like_an_uninterrupted_one(
@@ -343,6 +344,13 @@ def test_kill_before_rename_leaves_no_temp_file(
         check=True,
     ).stdout.split()
     assert (leftovers, [n for n in committed if n.startswith(TEMP_PREFIX)]) == ([], [])
+
+
+def test_the_uninterrupted_run_passes_every_check(reference: Reference) -> None:
+    """The checks of the cases hold for the run they compare with."""
+    _check_run(reference.workspace, reference.session_id, reference, "the reference run")
+    effects = read_effects(reference.workspace)
+    assert sorted(e.step for e in effects) == sorted(EFFECT_STEPS)
 
 
 def test_event_counts_of_the_reference_run(reference: Reference) -> None:

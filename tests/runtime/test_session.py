@@ -209,7 +209,7 @@ def _interrupted_write(workspace: Path, content: str, monkeypatch: pytest.Monkey
     s = acode.open_session("t", workspace=workspace)
     s.write("w1", "f.txt", "one\n")
 
-    def killed(*args: object) -> None:
+    def killed(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:

@@ -15,9 +15,10 @@ from acode.runtime.files import (
     stat_file,
 )
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
+from acode.runtime.workspace import StatePaths
 from acode.store.records import FileRow
 
-__all__ = ["EditStep", "ReadStep", "WriteStep", "observe", "restore_image"]
+__all__ = ["EditStep", "ReadStep", "WriteStep", "observe", "restore_image", "write_file"]
 
 
 def _read_bytes(env: StepEnv, path: str) -> bytes | None:
@@ -40,13 +41,19 @@ def observe(env: StepEnv, path: str, sha: str | None = None) -> FileRow:
     return FileRow(path, sha or sha256_file(target), stat.size, stat.mtime_ns)
 
 
+def write_file(env: StepEnv, path: str, data: bytes) -> None:
+    """An atomic write whose temporary file stays in acode's state, never the workspace."""
+    target = resolve_in_workspace(env.ctx.workspace, path)
+    temp_dir = StatePaths(env.ctx.workspace).temp_dir(env.ctx.session_id)
+    atomic_write(target, data, temp_dir=temp_dir)
+
+
 def restore_image(env: StepEnv, path: str, sha: str | None) -> None:
     """Put ``path`` back as it was: the stored image, or absent."""
-    target = resolve_in_workspace(env.ctx.workspace, path)
     if sha is None:
-        target.unlink(missing_ok=True)
+        resolve_in_workspace(env.ctx.workspace, path).unlink(missing_ok=True)
     else:
-        atomic_write(target, env.store.blob(sha))
+        write_file(env, path, env.store.blob(sha))
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,7 @@ class _Replace:
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
         post_sha, data = prepared.blobs[0]
-        atomic_write(resolve_in_workspace(env.ctx.workspace, self.path), data)
+        write_file(env, self.path, data)
         return Outcome(
             {
                 "path": self.path,

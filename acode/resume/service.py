@@ -34,6 +34,7 @@ from acode.resume.environment import (
 )
 from acode.runtime.catalog import find_session, recorded_config, recorded_plan, resumable_sessions
 from acode.runtime.clock import Clock, SystemClock
+from acode.runtime.git import worktree_diff
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal, verify_history
 from acode.runtime.lifecycle import Workspace, existing_workspace, take_lock
@@ -152,7 +153,7 @@ def _needs_model(store: SqliteStore, preview: ResumePreview) -> bool:
     return any(s.kind is StepKind.MODEL and s.id in remaining for s in plan.steps())
 
 
-def _in_progress_paths(store: SqliteStore, row: SessionRow) -> frozenset[str]:
+def _in_progress_paths(store: SqliteStore, row: SessionRow, workspace: Path) -> frozenset[str]:
     """Files the interrupted step was changing: its own recovery handles them."""
     paths: set[str] = set()
     for step in store.unfinished_steps(row.sid):
@@ -163,6 +164,8 @@ def _in_progress_paths(store: SqliteStore, row: SessionRow) -> frozenset[str]:
         if isinstance(started.get("path"), str):
             paths.add(started["path"])
         paths.update(started.get("snapshot") or {})
+        if isinstance(started.get("ghost"), str):
+            paths.update(worktree_diff(workspace, started["ghost"]).paths)
     return frozenset(paths)
 
 
@@ -172,7 +175,7 @@ def _environment(
     row = preview.row
     exists = ws.root.is_dir()
     checked, changed = (
-        changed_files(ws.root, store.files(row.sid), ignore=_in_progress_paths(store, row))
+        changed_files(ws.root, store.files(row.sid), ignore=_in_progress_paths(store, row, ws.root))
         if exists
         else ([], [])
     )

@@ -33,6 +33,7 @@ from acode.errors import (
     UsageError,
 )
 from acode.runtime.approvals import decision_payload, decision_valid, subject_hash
+from acode.runtime.git import prune_snapshots
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal
 from acode.runtime.locks import SessionLock
@@ -612,6 +613,9 @@ class Session:
         if entries:
             self._journal.write(entries)
             self._progress.update(self._journal, final=True)
+            if is_terminal(target):
+                # Snapshots exist for rolling back; a finished session never rolls back.
+                prune_snapshots(self.workspace, self.id)
 
     def complete(self) -> None:
         self._transition(SessionState.COMPLETED, "all steps done")

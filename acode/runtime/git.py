@@ -13,6 +13,7 @@ so that a restore gives back exactly the bytes that were there.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -43,6 +44,7 @@ __all__ = [
     "snapshot_ref",
     "snapshot_worktree",
     "worktree_diff",
+    "worktree_fingerprint",
 ]
 
 FALLBACK_NAME = "acode"
@@ -321,6 +323,16 @@ def restore_worktree(workspace: Path, sha: str, *, backup_ref: str | None = None
         entry = snapshot[rel]
         _write_entry(workspace, rel, entry.mode, contents[entry.blob])
     return list(diff.paths)
+
+
+def worktree_fingerprint(workspace: Path) -> str:
+    """A hash of exactly what a commit of the work tree would record now (paths, modes,
+    contents): an approval of "commit these changes" is bound to it."""
+    prefix, _ = _prefix_and_head(workspace)
+    modes = _worktree_modes(workspace)
+    blobs = _hash_objects(workspace, prefix, modes, write=False)
+    listing = "".join(f"{mode} {blobs[rel]} {rel}\n" for rel, mode in sorted(modes.items()))
+    return hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def drop_snapshot(workspace: Path, ref: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from acode.domain.plan import Plan, StepKind, StepSpec
 from acode.domain.states import SessionState
+from acode.runtime.git import is_work_tree, worktree_fingerprint
 from acode.runtime.session import Session
 from acode.runtime.steps.python_step import import_step_function
 
@@ -28,7 +29,7 @@ def run_plan(session: Session, plan: Plan) -> SessionState:
 
 
 def _run_step(session: Session, spec: StepSpec, gated: StepSpec | None) -> bool:
-    task, title = spec.task_id, spec.title
+    task, title, ws = spec.task_id, spec.title, session.workspace
     match spec.kind:
         case StepKind.READ:
             session.read(spec.id, spec.target, task=task, title=title)
@@ -50,9 +51,12 @@ def _run_step(session: Session, spec: StepSpec, gated: StepSpec | None) -> bool:
                 title=title,
             )
         case StepKind.APPROVE:
-            # What the person approves is the question and the step it gates: if the
-            # plan's next step changes, a recorded decision no longer applies.
-            subject = gated.to_dict() if gated is not None else None
+            # What the person approves is the question and the step it gates (and, for a
+            # commit, the changes it would commit): if that changes, a recorded decision
+            # no longer applies and the question is asked again.
+            subject: dict[str, object] | None = gated.to_dict() if gated is not None else None
+            if gated is not None and gated.kind is StepKind.COMMIT and is_work_tree(ws):
+                subject = {"step": subject, "changes": worktree_fingerprint(ws)}
             return session.approve(spec.id, spec.target, subject=subject, task=task, title=title)
         case StepKind.MODEL:
             session.model(spec.id, spec.target, task=task, title=title)

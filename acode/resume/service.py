@@ -40,6 +40,7 @@ from acode.runtime.journal import Journal, verify_history
 from acode.runtime.lifecycle import Workspace, existing_workspace, take_lock
 from acode.runtime.log import log_event
 from acode.runtime.observer import Approver, Observer
+from acode.runtime.orphans import reap_orphans
 from acode.runtime.session import Session, StrategyPrompt
 from acode.runtime.steps.base import InProgressStrategy
 from acode.security.signing import load_signer
@@ -328,7 +329,12 @@ def _resume(
         lock = take_lock(ws, row.id, clock)
         cleanup.callback(lock.release)
         row = store.session(row.id)  # it may have moved on while we took the lock
-        # With the lock free, whoever ran the session is gone: what it staged is debris.
+        # With the lock free, whoever ran the session is gone: the commands it left
+        # running are stopped before they can change anything more, and what it staged
+        # is debris.
+        orphans = reap_orphans(ws.paths, row.id)
+        if orphans:
+            log_event(ws.paths, "orphans_stopped", session_id=row.id, process_groups=orphans)
         ws.paths.clear_temp(row.id)
         _refuse_terminal(row)
         recorded = recorded_config(row)

@@ -13,6 +13,7 @@ so that a restore gives back exactly the bytes that were there.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -34,6 +35,7 @@ __all__ = [
     "SNAPSHOT_MESSAGE",
     "SNAPSHOT_REF_ROOT",
     "WorktreeDiff",
+    "clear_stale_index_lock",
     "commit_all",
     "drop_snapshot",
     "ensure_state_ignored",
@@ -103,7 +105,7 @@ def _git_ok(
         detail = result.stderr.strip() or result.stdout.strip() or f"exit {result.returncode}"
         raise StepFailedError(
             f"git {args[0]} failed in {workspace}: {detail}",
-            hint="fix the problem git reports (a hook, a lock file, permissions), then resume",
+            hint="fix the problem git reports (a hook, a lock file, permissions)",
         )
     return result.stdout
 
@@ -155,6 +157,37 @@ def _has_trailer(message: str, key: str, value_prefix: str) -> bool:
         name, sep, value = line.partition(": ")
         if sep and name == key and value.strip().startswith(value_prefix):
             return True
+    return False
+
+
+def clear_stale_index_lock(workspace: Path) -> bool:
+    """Remove ``index.lock`` when no process has it open: a git killed in the middle of
+    a commit (a crash, a power cut) leaves it, and every later commit would fail on it.
+    A lock some running git holds is never touched. True when one was removed."""
+    lock = Path(_git_ok(workspace, ["rev-parse", "--git-path", "index.lock"]).strip())
+    lock = lock if lock.is_absolute() else workspace / lock
+    if not lock.exists() or _held_open(lock):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        lock.unlink()
+    return True
+
+
+def _held_open(path: Path) -> bool:
+    target = os.path.realpath(path)
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return True  # cannot tell: assume a live git owns it
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return True
     return False
 
 

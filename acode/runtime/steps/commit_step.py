@@ -13,7 +13,12 @@ from typing import Any
 from acode.domain.idempotency import step_prefix
 from acode.domain.plan import StepKind
 from acode.errors import StepFailedError
-from acode.runtime.git import commit_all, find_commit_with_trailer, is_work_tree
+from acode.runtime.git import (
+    clear_stale_index_lock,
+    commit_all,
+    find_commit_with_trailer,
+    is_work_tree,
+)
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 
 __all__ = ["TRAILER", "CommitStep"]
@@ -44,6 +49,7 @@ class CommitStep:
         existing = find_commit_with_trailer(ws, TRAILER, prefix)
         if existing is not None:
             return Outcome({"sha": existing, "reused": True})
+        clear_stale_index_lock(ws)
         sha = commit_all(ws, self.message, {TRAILER: env.ctx.idempotency_key})
         return Outcome({"sha": sha, "reused": False})
 

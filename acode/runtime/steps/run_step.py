@@ -16,9 +16,11 @@ from acode.domain.plan import StepKind
 from acode.errors import StepFailedError
 from acode.runtime.files import expand_globs, resolve_in_workspace, sha256_bytes, sha256_file
 from acode.runtime.git import is_work_tree, restore_worktree, snapshot_ref, snapshot_worktree
+from acode.runtime.orphans import ChildNotes
 from acode.runtime.process import CommandResult, run_command
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 from acode.runtime.steps.file_steps import observe, restore_image
+from acode.runtime.workspace import StatePaths
 
 __all__ = ["RunStep"]
 
@@ -65,13 +67,15 @@ class RunStep:
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
         timeout = self.timeout or env.config.run.default_timeout_seconds
-        result = run_command(
-            self.command,
-            cwd=env.ctx.workspace,
-            timeout=timeout,
-            max_output=env.config.run.max_output_bytes,
-            env=_step_env(env),
-        )
+        with ChildNotes(StatePaths(env.ctx.workspace), env.ctx.session_id) as children:
+            result = run_command(
+                self.command,
+                cwd=env.ctx.workspace,
+                timeout=timeout,
+                max_output=env.config.run.max_output_bytes,
+                env=_step_env(env),
+                on_spawn=children.note,
+            )
         if result.timed_out:
             raise StepFailedError(
                 f"`{self.command}` timed out after {timeout:g} s",

@@ -48,14 +48,10 @@ class Interrupts:
         if self._interruptible:
             raise PauseRequested
 
-    @contextmanager
-    def interruptible(self) -> Iterator[None]:
+    def interruptible(self) -> _Interruptible:
+        """A block in which a pause request is delivered at once."""
         self.check()
-        self._interruptible += 1
-        try:
-            yield
-        finally:
-            self._interruptible -= 1
+        return _Interruptible(self)
 
     def check(self) -> None:
         if self.requested:
@@ -85,3 +81,17 @@ def _kill_children() -> None:
                 os.killpg(group, signal.SIGKILL)
             except OSError:
                 continue
+
+
+class _Interruptible:
+    # A class, not a generator context manager: it wraps every step's side effect.
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: Interrupts) -> None:
+        self._owner = owner
+
+    def __enter__(self) -> None:
+        self._owner._interruptible += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._owner._interruptible -= 1

@@ -28,15 +28,11 @@ __all__ = ["Journal", "checkpoint_message", "new_session_journal", "verify_histo
 
 def checkpoint_message(session_id: str, cp: CheckpointRow) -> bytes:
     """The bytes a checkpoint's signature covers: everything in it but the signature."""
-    return canonical_json(
-        {
-            "session": session_id,
-            "id": cp.id,
-            "seq": cp.seq,
-            "summary": cp.summary,
-            "head": cp.head.hex(),
-            "created_at": cp.created_at,
-        }
+    # Fixed fields first, the summary (JSON, any characters) last: unambiguous, and no
+    # second JSON encoding on the step path.
+    return (
+        f"acode-checkpoint:v1\n{session_id}\n{cp.id}\n{cp.seq}\n{cp.head.hex()}\n"
+        f"{cp.created_at}\n{cp.summary}"
     ).encode()
 
 
@@ -81,16 +77,20 @@ class Journal:
     def build(self, entries: Sequence[tuple[EventType, dict[str, Any]]]) -> list[Event]:
         """Chained events for ``entries``; nothing changes until ``write`` commits them."""
         events: list[Event] = []
-        tail = replace(self._tail)
+        stamp, previous, seq = self._tail.stamp, self._tail.hash, self._tail.seq
         for type_, payload in entries:
-            stamp = next_event_stamp(tail.stamp, self._clock.now_us(), self._clock.random_bytes(10))
+            stamp = next_event_stamp(stamp, self._clock.now_us(), self._clock.random_bytes(10))
             payload_json = canonical_json(payload)
-            seq = tail.seq + 1
-            h = event_hash(tail.hash, seq, stamp.event_id, stamp.ts_us, type_.value, payload_json)
-            events.append(
-                Event(self.row.id, seq, stamp.event_id, stamp.ts_us, type_, payload_json, h)
+            seq += 1
+            previous = event_hash(
+                previous, seq, stamp.event_id, stamp.ts_us, type_.value, payload_json
             )
-            tail = _Tail(stamp, h, seq)
+            event = Event(
+                self.row.id, seq, stamp.event_id, stamp.ts_us, type_, payload_json, previous
+            )
+            # The fold reads the payload: hand it the dict instead of parsing it back.
+            event.__dict__["payload"] = payload
+            events.append(event)
         return events
 
     def write(
@@ -286,7 +286,16 @@ def _resolve(step: StepRecord, events: list[Event]) -> StepRecord:
     for event in reversed(events):
         p = event.payload
         if p.get("step") == step.step_id and p.get("position") == step.position:
-            return replace(step, event_seq=event.seq)
+            return StepRecord(
+                step.position,
+                step.step_id,
+                step.kind,
+                step.status,
+                step.attempt,
+                step.task_id,
+                step.input_hash,
+                event.seq,
+            )
     raise AssertionError(f"no event of this write is about step {step.step_id!r}")
 
 

@@ -76,7 +76,12 @@ _REPLAY_WINDOW = 512
 
 
 def _input_hash(data: Mapping[str, Any]) -> str:
+    if not data:
+        return _NO_INPUT
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:32]
+
+
+_NO_INPUT = hashlib.sha256(b"{}").hexdigest()[:32]
 
 
 class Session:

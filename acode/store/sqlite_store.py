@@ -203,9 +203,15 @@ class SqliteStore:
     # -- the write path -----------------------------------------------------------
 
     def commit(self, sid: int, commit: Commit) -> None:
-        """Write one Commit in one transaction."""
-        with atomic(self.conn) as conn:
+        """Write one Commit in one transaction (the step path: no context manager)."""
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
             self._write(conn, sid, commit)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     def _write(self, conn: sqlite3.Connection, sid: int, c: Commit) -> None:
         if c.blobs:

@@ -85,6 +85,7 @@ def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
         "resume",
         "run",
         "session discard",
+        "session export",
         "session history",
         "session list",
         "session show",

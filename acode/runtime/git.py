@@ -30,6 +30,7 @@ from acode.errors import StepFailedError, UsageError
 from acode.runtime.files import atomic_write
 
 __all__ = [
+    "BACKUP_SUFFIX",
     "FALLBACK_EMAIL",
     "FALLBACK_NAME",
     "SNAPSHOT_MESSAGE",
@@ -374,17 +375,24 @@ def drop_snapshot(workspace: Path, ref: str) -> None:
     _git_ok(workspace, ["update-ref", "-d", ref])
 
 
-def prune_snapshots(workspace: Path, session_id: str) -> int:
-    """Delete every snapshot ref of a session; return how many there were.
+BACKUP_SUFFIX = "-before-rollback"
+
+
+def prune_snapshots(workspace: Path, session_id: str, *, keep_backups: bool = False) -> int:
+    """Delete the snapshot refs of a session; return how many there were.
 
     Call it once the session is over: a snapshot is only needed while its step may be
-    found interrupted. Outside a git work tree there is nothing to prune.
+    found interrupted. ``keep_backups`` keeps the ``-before-rollback`` refs, which hold
+    what a rollback overwrote: a person's work, theirs to delete. Outside a git work
+    tree there is nothing to prune.
     """
     root = f"{SNAPSHOT_REF_ROOT}/{session_id}"
     _check_ref(root)
     if not is_work_tree(workspace):
         return 0
     refs = _git_ok(workspace, ["for-each-ref", "--format=%(refname)", root]).split()
+    if keep_backups:
+        refs = [ref for ref in refs if not ref.endswith(BACKUP_SUFFIX)]
     if refs:
         commands = "".join(f"delete {ref}\n" for ref in refs)
         _git_bytes(workspace, ["update-ref", "--stdin"], stdin=commands.encode())

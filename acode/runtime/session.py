@@ -620,7 +620,7 @@ class Session:
             self._progress.update(self._journal, final=True)
             if is_terminal(target):
                 # Snapshots exist for rolling back; a finished session never rolls back.
-                prune_snapshots(self.workspace, self.id)
+                prune_snapshots(self.workspace, self.id, keep_backups=True)
 
     def complete(self) -> None:
         self._transition(SessionState.COMPLETED, "all steps done")

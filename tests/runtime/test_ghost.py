@@ -459,9 +459,12 @@ def test_interrupted_run_is_rolled_back_and_run_once_more(
     session_id = _interrupt(ws, monkeypatch)
     first = _git(ws, "rev-parse", f"refs/acode/{session_id}/mutate-1").strip()
     assert _git(ws, "show", f"{first}:b.txt") == "keep me\n"
+    root = f"refs/acode/{session_id}"
     with acode.resume_session(session_id, workspace=ws) as s:
         s.run("mutate", COMMAND)
         rolled = s.journal.store.events_of_type(s.journal.row, EventType.STEP_ROLLED_BACK)
+        refs = _git(ws, "for-each-ref", "--format=%(refname)", root).split()
+        assert refs == [f"{root}/mutate-1", f"{root}/mutate-1-before-rollback", f"{root}/mutate-2"]
     assert counted == [COMMAND]
     assert (ws / "count.txt").read_text() == "ran"
     assert (ws / "seen.txt").read_text() == "alpha\n", "restored before running again"
@@ -471,12 +474,12 @@ def test_interrupted_run_is_rolled_back_and_run_once_more(
         ["a.txt", "b.txt", "count.txt", "junk/tmp.txt"]
     ]
     assert rolled[0].payload["started"]["ghost"] == first
-    root = f"refs/acode/{session_id}"
+    # The session is over: its snapshots are pruned, but what the rollback overwrote or
+    # deleted is still there to be had.
     refs = _git(ws, "for-each-ref", "--format=%(refname)", root).split()
-    assert refs == [f"{root}/mutate-1", f"{root}/mutate-1-before-rollback", f"{root}/mutate-2"]
-    # What the rollback overwrote or deleted is still there to be had.
+    assert refs == [f"{root}/mutate-1-before-rollback"]
     assert _git(ws, "show", f"{root}/mutate-1-before-rollback:a.txt") == "half-done\n"
-    assert prune_snapshots(ws, session_id) == 3
+    assert prune_snapshots(ws, session_id) == 1
 
 
 def test_strategy_retry_runs_again_without_restoring(
@@ -501,10 +504,11 @@ def test_only_non_idempotent_runs_without_paths_take_a_ghost_snapshot(
         s.run("ghosted", "true")
         session_id = s.id
         started = s.journal.store.events_of_type(s.journal.row, EventType.STEP_STARTED)
-    refs = _git(ws, "for-each-ref", "--format=%(refname)", "refs/acode").split()
-    assert refs == [f"refs/acode/{session_id}/ghosted-1"]
+        refs = _git(ws, "for-each-ref", "--format=%(refname)", "refs/acode").split()
+        assert refs == [f"refs/acode/{session_id}/ghosted-1"]
     assert ["ghost" in e.payload for e in started] == [False, True]
-    assert prune_snapshots(ws, session_id) == 1
+    # Completing the session pruned its snapshot.
+    assert _git(ws, "for-each-ref", "refs/acode").strip() == ""
 
 
 def test_outside_git_an_interrupted_run_is_simply_run_again(

@@ -15,7 +15,13 @@ from typing import Any
 from acode.domain.plan import StepKind
 from acode.errors import StepFailedError
 from acode.runtime.files import expand_globs, resolve_in_workspace, sha256_bytes, sha256_file
-from acode.runtime.git import is_work_tree, restore_worktree, snapshot_ref, snapshot_worktree
+from acode.runtime.git import (
+    BACKUP_SUFFIX,
+    is_work_tree,
+    restore_worktree,
+    snapshot_ref,
+    snapshot_worktree,
+)
 from acode.runtime.orphans import ChildNotes
 from acode.runtime.process import CommandResult, run_command
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
@@ -120,7 +126,7 @@ class RunStep:
         ctx = env.ctx
         # The rollback also reverts whatever a person changed while the session was
         # stopped: keep the work tree as found, so that nothing is lost for good.
-        backup = snapshot_ref(ctx.session_id, ctx.step_id, ctx.attempt) + "-before-rollback"
+        backup = snapshot_ref(ctx.session_id, ctx.step_id, ctx.attempt) + BACKUP_SUFFIX
         changed = restore_worktree(ctx.workspace, ghost, backup_ref=backup)
         kept = f"; the work tree as found is kept at {backup}" if changed else ""
         return Recovery(

@@ -1,0 +1,1 @@
+"""sync layer: the remote PostgreSQL mirror, pushed in the background."""

@@ -213,6 +213,28 @@ def status(
     inspect.status(_workspace(workspace), session_id, as_json)
 
 
+@app.command()
+def sync(
+    workspace: WorkspaceOption = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="Retry with back-off until every event is pushed or --timeout passes."
+        ),
+    ] = False,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", metavar="S", help="Give up after S seconds (default 30)."),
+    ] = 30.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Push every session's pending events to the remote now; exit 1 while some wait."""
+    from acode.cli.sync_command import run_sync
+
+    code = run_sync(_workspace(workspace), wait=wait, timeout=timeout, as_json=as_json)
+    raise typer.Exit(code)
+
+
 @session_app.command("list")
 def session_list(
     workspace: WorkspaceOption = None,
@@ -220,12 +242,20 @@ def session_list(
         bool, typer.Option("--resumable", help="Only sessions `acode resume` can continue.")
     ] = False,
     show_all: Annotated[bool, typer.Option("--all", help="Include discarded sessions.")] = False,
+    remote: Annotated[
+        bool,
+        typer.Option(
+            "--remote",
+            help="The sessions on the remote (after pushing pending events), and where each "
+            "exists.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List sessions, most recent first."""
     from acode.cli import inspect
 
-    inspect.session_list(_workspace(workspace), resumable, show_all, as_json)
+    inspect.session_list(_workspace(workspace), resumable, show_all, as_json, remote=remote)
 
 
 @session_app.command("show")

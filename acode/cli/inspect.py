@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from acode.cli.console import emit_json, err_console, out_console
+from acode.cli.sync_command import configured_remote, list_remote
 from acode.cli.views import (
     print_history,
     print_session_list,
@@ -17,6 +18,7 @@ from acode.domain.states import SessionState, is_resumable
 from acode.errors import NothingToResumeError, SessionNotFoundError, UsageError
 from acode.runtime.inspection import read_store, session_detail, session_events
 from acode.runtime.maintenance import discard_session, unlock_session
+from acode.runtime.sync_link import sync_status
 
 __all__ = [
     "session_discard",
@@ -30,16 +32,23 @@ __all__ = [
 
 
 def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
+    remote = configured_remote(workspace)
     with read_store(workspace) as store:
         if store is None:
             raise NothingToResumeError(
                 f"no sessions in {workspace}", hint="start one with `acode run PLAN.yaml`"
             )
         detail = session_detail(store, workspace, session_id)
-    print_status(detail.row, detail.summary, detail.lock_holder, as_json)
+        sync = sync_status(store, detail.row, remote)
+    print_status(detail.row, detail.summary, detail.lock_holder, as_json, sync=sync)
 
 
-def session_list(workspace: Path, resumable: bool, show_all: bool, as_json: bool) -> None:
+def session_list(
+    workspace: Path, resumable: bool, show_all: bool, as_json: bool, *, remote: bool = False
+) -> None:
+    if remote:
+        list_remote(workspace, resumable=resumable, show_all=show_all, as_json=as_json)
+        return
     with read_store(workspace) as store:
         rows = store.sessions() if store is not None else []
     if not show_all:
@@ -50,10 +59,12 @@ def session_list(workspace: Path, resumable: bool, show_all: bool, as_json: bool
 
 
 def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
+    remote = configured_remote(workspace)
     with read_store(workspace) as store:
         if store is None:
             raise SessionNotFoundError(f"no session {session_id!r}: {workspace} has no sessions")
         detail = session_detail(store, workspace, session_id)
+        sync = sync_status(store, detail.row, remote)
     if as_json:
         data = session_json(detail.row, detail.summary)
         data["lock"] = detail.lock_holder
@@ -70,7 +81,7 @@ def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
         ]
         emit_json(data)
         return
-    print_status(detail.row, detail.summary, detail.lock_holder, as_json=False)
+    print_status(detail.row, detail.summary, detail.lock_holder, as_json=False, sync=sync)
     if detail.steps:
         out_console().print()
         print_steps(detail.steps)

@@ -7,12 +7,15 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from acode.cli.console import emit_json, out_console
+from acode.cli.console import emit_json, err_console, out_console
+from acode.cli.sync_views import notice_json, notice_text
 from acode.runtime.observer import Observer, StepNotice, StepPhase
 from acode.security.redaction import redact
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
+
+    from acode.sync.notices import SyncNotice
 
 __all__ = ["JsonObserver", "PlainObserver", "RichObserver", "choose_observer", "quiet_screen"]
 
@@ -50,6 +53,10 @@ class PlainObserver:
         mark = _MARKS[notice.phase][0]
         out_console().print(f"  {mark} {_line(notice)}", markup=False, highlight=False)
 
+    def on_sync(self, notice: SyncNotice) -> None:
+        """Called from the sync worker's thread; one line on stderr."""
+        err_console().print(notice_text(notice), markup=False, highlight=False)
+
 
 class JsonObserver:
     def on_step(self, notice: StepNotice) -> None:
@@ -69,6 +76,9 @@ class JsonObserver:
         if notice.duration_ms is not None:
             record["duration_ms"] = notice.duration_ms
         emit_json(record)
+
+    def on_sync(self, notice: SyncNotice) -> None:
+        emit_json(notice_json(notice))
 
 
 class RichObserver:
@@ -112,6 +122,10 @@ class RichObserver:
             p.console.print(f"  [{colour}]{mark}[/] {_escape(_line(notice))}")
         if notice.phase in (StepPhase.DONE, StepPhase.RECOVERED, StepPhase.SKIPPED):
             p.advance(self._task)
+
+    def on_sync(self, notice: SyncNotice) -> None:
+        """Above the live bar (the console serialises writes from the worker's thread)."""
+        self._progress.console.print(f"[yellow]{_escape(notice_text(notice))}[/]")
 
     def stop(self) -> None:
         if self._live:

@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from acode.cli.console import ago, count, emit_json, iso, out_console
+from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summary
 from acode.domain.events import Event
 from acode.domain.reducer import SessionSummary, StepRecord
 from acode.security.redaction import redact, redact_json
@@ -13,6 +14,7 @@ from acode.store.records import SessionRow
 
 if TYPE_CHECKING:
     from acode.resume.service import ResumePreview
+    from acode.sync.status import SyncStatus
 
 __all__ = [
     "event_json",
@@ -80,11 +82,14 @@ def print_status(
     summary: SessionSummary,
     lock_holder: str | None,
     as_json: bool,
+    *,
+    sync: SyncStatus | None = None,
 ) -> None:
+    """``sync`` None: no remote is configured."""
     if as_json:
         data = session_json(row, summary)
         data["lock"] = lock_holder
-        data["sync"] = {"status": "local", "remote": None}
+        data["sync"] = status_sync_json(sync)
         emit_json(data)
         return
     console = out_console()
@@ -108,7 +113,7 @@ def print_status(
         )
     lines.append(f"Updated: {ago(row.updated_at, _now_us())} ({iso(row.updated_at)})")
     lines.append(f"Lock:    {lock_holder or 'free'}")
-    lines.append("Sync:    local only (no remote configured)")
+    lines += status_sync_lines(sync, running=lock_holder is not None)
     for line in lines:
         console.print(line, markup=False)
 
@@ -253,7 +258,8 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
         ]
         if c is not None and c.in_progress:
             lines.append(f"  In progress: {c.in_progress} ({c.in_progress_action})")
-        lines.append("  Sync status: local only")
+        sync = sync_summary(preview.sync) if preview.sync else "local only"
+        lines.append(f"  Sync status: {sync}")
         lines += environment_lines(preview)
     else:
         lines = [

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from acode.domain.config import AcodeConfig
 from acode.domain.continuation import ContinuationPlan, plan_continuation
@@ -37,15 +37,19 @@ from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.git import worktree_diff
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal, verify_history
-from acode.runtime.lifecycle import Workspace, existing_workspace, take_lock
+from acode.runtime.lifecycle import Workspace, existing_workspace, session_config, take_lock
 from acode.runtime.log import log_event
 from acode.runtime.observer import Approver, Observer
 from acode.runtime.orphans import reap_orphans
 from acode.runtime.session import Session, StrategyPrompt
 from acode.runtime.steps.base import InProgressStrategy
+from acode.runtime.sync_link import open_sync_link, sync_status
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
+
+if TYPE_CHECKING:
+    from acode.sync.status import SyncStatus
 
 __all__ = [
     "ChangedFilesAction",
@@ -64,6 +68,7 @@ class ResumePreview:
     plan: Plan | None
     continuation: ContinuationPlan | None
     environment: EnvironmentReport | None = None
+    sync: SyncStatus | None = None  # None: no remote configured
 
     def log_record(self) -> dict[str, object]:
         """The `session_resume` record of the specification."""
@@ -79,7 +84,7 @@ class ResumePreview:
             "skipped_steps": self.summary.steps_completed,
             "remaining_steps": remaining,
             "in_progress_action": c.in_progress_action if c else None,
-            "sync_status": "local",
+            "sync_status": self.sync.mode.value if self.sync else "local",
             "environment_valid": self.environment.valid if self.environment else None,
         }
 
@@ -123,14 +128,23 @@ def _refuse_terminal(row: SessionRow) -> None:
         )
 
 
-def _preview(store: SqliteStore, row: SessionRow, journal: Journal) -> ResumePreview:
+def _preview(
+    store: SqliteStore, row: SessionRow, journal: Journal, config: AcodeConfig
+) -> ResumePreview:
     plan = recorded_plan(store, row)
     summary = journal.summary
     assert summary is not None
     continuation = None
     if plan is not None:
         continuation = plan_continuation(plan, _plan_statuses(store, row, plan, summary))
-    return ResumePreview(row, summary, journal.checkpoint_id, plan, continuation)
+    return ResumePreview(
+        row,
+        summary,
+        journal.checkpoint_id,
+        plan,
+        continuation,
+        sync=sync_status(store, row, config.sync.remote),
+    )
 
 
 def _plan_statuses(
@@ -188,7 +202,9 @@ def _environment(
         workspace_exists=exists,
         checked=tuple(checked),
         changed=tuple(changed),
-        config=tuple(config_changes(recorded_config(row), ws.config)),
+        config=tuple(
+            config_changes(session_config(recorded_config(row)), session_config(ws.config))
+        ),
         model=model,
     )
 
@@ -209,7 +225,7 @@ def preview_resume(
         journal = Journal.load(store, row, clock or SystemClock(), signer)
         if verify:
             verify_history(store, row, signer)
-        preview = _preview(store, row, journal)
+        preview = _preview(store, row, journal, ws.config)
         return replace(preview, environment=_environment(store, ws, preview, ws.config))
     finally:
         store.close()
@@ -337,11 +353,14 @@ def _resume(
             log_event(ws.paths, "orphans_stopped", session_id=row.id, process_groups=orphans)
         ws.paths.clear_temp(row.id)
         _refuse_terminal(row)
+        sync = open_sync_link(ws.paths, ws.config.sync.remote, row.id)
+        if sync is not None:
+            sync.claim(ws.paths.db, row.short_id)  # pushes what waits, takes the lease
         recorded = recorded_config(row)
         journal = Journal.load(store, row, clock, signer)
         if verify:
             verify_history(store, row, signer)
-        preview = _preview(store, row, journal)
+        preview = _preview(store, row, journal, ws.config)
         # With --force the person chose the configuration as it is now.
         config = ws.config if force else recorded
         if config.resume.validate_environment:
@@ -369,6 +388,7 @@ def _resume(
         interrupts=interrupts,
         strategy=strategy,
         strategy_prompt=strategy_prompt,
+        sync=sync,
     )
 
 

@@ -6,6 +6,9 @@ Environment variables (an empty value counts as unset):
     replaces ``model.base_url``, e.g. to point one run at another server.
 ``ACODE_MODEL_NAME``
     replaces ``model.name``.
+``ACODE_SYNC_DSN``
+    replaces ``sync.remote``: the PostgreSQL URL of the mirror (it may hold a password,
+    which is better kept out of a file).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ CONFIG_RELATIVE = Path(".agent/config.yml")
 ENV_OVERRIDES: Mapping[str, tuple[str, str]] = {
     "ACODE_MODEL_BASE_URL": ("model", "base_url"),
     "ACODE_MODEL_NAME": ("model", "name"),
+    "ACODE_SYNC_DSN": ("sync", "remote"),
 }
 
 # Every key with its default, so that a person sees what can be changed. A test keeps it
@@ -57,6 +61,7 @@ run:
 
 sync:
   remote: null                          # PostgreSQL URL of the team mirror; null = local only
+                                        # (env ACODE_SYNC_DSN overrides)
 
 durability: full                        # full: fsync every commit | normal: faster, may lose
                                         # the last steps on power loss (never on a crash)

@@ -21,6 +21,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,13 +162,20 @@ def _has_trailer(message: str, key: str, value_prefix: str) -> bool:
     return False
 
 
-def clear_stale_index_lock(workspace: Path) -> bool:
+def clear_stale_index_lock(workspace: Path, *, wait_s: float = 30.0) -> bool:
     """Remove ``index.lock`` when no process has it open: a git killed in the middle of
     a commit (a crash, a power cut) leaves it, and every later commit would fail on it.
-    A lock some running git holds is never touched. True when one was removed."""
+    A lock some running git holds is never touched; it is waited for (up to ``wait_s``),
+    since a git orphaned by a killed acode finishes and lets go. True when one was
+    removed."""
     lock = Path(_git_ok(workspace, ["rev-parse", "--git-path", "index.lock"]).strip())
     lock = lock if lock.is_absolute() else workspace / lock
-    if not lock.exists() or _held_open(lock):
+    deadline = time.monotonic() + wait_s
+    while lock.exists() and _held_open(lock):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    if not lock.exists():
         return False
     with contextlib.suppress(FileNotFoundError):
         lock.unlink()
@@ -192,12 +200,20 @@ def _held_open(path: Path) -> bool:
     return False
 
 
-def commit_all(workspace: Path, message: str, trailers: Mapping[str, str]) -> str:
+def commit_all(
+    workspace: Path,
+    message: str,
+    trailers: Mapping[str, str],
+    *,
+    extra_env: Mapping[str, str] | None = None,
+) -> str:
     """Stage every change in the workspace and commit it with ``trailers``; return the sha.
 
     The commit is made even when nothing changed (``--allow-empty``): the trailer is the
     durable record that the step ran. Only the workspace is staged (``git add -A -- .``),
     so a workspace in a subdirectory of a larger repository does not sweep in the rest.
+    ``extra_env`` marks the git processes (acode marks them with its session, so that a
+    resume can stop a git its killed predecessor left running).
     """
     for key, value in trailers.items():
         _check_trailer(key, value)
@@ -205,7 +221,7 @@ def commit_all(workspace: Path, message: str, trailers: Mapping[str, str]) -> st
         raise UsageError(
             "commit message is empty", hint="give the commit step a message to commit with"
         )
-    env = _identity_env(workspace)
+    env = {**_identity_env(workspace), **(extra_env or {})}
     _git_ok(workspace, ["add", "--all", "--", "."], env=env)
     lines = "\n".join(f"{key}: {value}" for key, value in trailers.items())
     full = f"{message.strip()}\n\n{lines}\n" if lines else f"{message.strip()}\n"

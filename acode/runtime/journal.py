@@ -8,7 +8,7 @@ the events after it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -64,6 +64,8 @@ class Journal:
         self._clock = clock
         self._signer = signer
         self._message_count: int | None = None
+        # Called after every commit; the sync worker's wake-up when a remote is set.
+        self.on_write: Callable[[], None] | None = None
 
     @property
     def session_id(self) -> str:
@@ -138,6 +140,8 @@ class Journal:
             self.checkpoint_id = cp.id
         if messages:
             self._message_count = (self._message_count or 0) + len(messages)
+        if self.on_write is not None:
+            self.on_write()
         return events
 
     def _message_rows(

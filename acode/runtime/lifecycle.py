@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from acode.domain.config import AcodeConfig, config_hash, config_to_dict
+from acode.domain.config import AcodeConfig, SyncSettings, config_hash, config_to_dict
 from acode.domain.events import EventType, canonical_json
 from acode.domain.ids import uuid7
 from acode.domain.plan import Plan
@@ -22,6 +22,7 @@ from acode.runtime.journal import new_session_journal
 from acode.runtime.locks import SessionLock, acquire
 from acode.runtime.observer import Approver, Observer
 from acode.runtime.session import Session
+from acode.runtime.sync_link import open_sync_link
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.sqlite_store import open_store
@@ -32,6 +33,7 @@ __all__ = [
     "now_iso",
     "open_session",
     "open_workspace",
+    "session_config",
     "take_lock",
 ]
 
@@ -63,6 +65,13 @@ def existing_workspace(workspace: Path | str = ".", config: AcodeConfig | None =
             hint="run the command in the workspace of the session, or pass --workspace DIR",
         )
     return open_workspace(root, config)
+
+
+def session_config(config: AcodeConfig) -> AcodeConfig:
+    """The configuration as a session records it and resume compares it: where the
+    workspace mirrors its sessions is not part of what a session does (and its URL may
+    hold a password), so it is left out."""
+    return replace(config, sync=SyncSettings())
 
 
 def now_iso(clock: Clock) -> str:
@@ -103,8 +112,8 @@ def open_session(
             title=title,
             workspace=str(ws.root),
             kind="plan" if plan is not None else "library",
-            config_json=canonical_json(config_to_dict(ws.config)),
-            config_hash=config_hash(ws.config),
+            config_json=canonical_json(config_to_dict(session_config(ws.config))),
+            config_hash=config_hash(session_config(ws.config)),
             parent_id=parent_id,
             entries=_first_events(title, ws, plan, parent_id),
             clock=clock,
@@ -120,6 +129,7 @@ def open_session(
         observer=observer,
         approver=approver,
         interrupts=interrupts,
+        sync=open_sync_link(ws.paths, ws.config.sync.remote, session_id),
     )
 
 
@@ -129,7 +139,7 @@ def _first_events(
     created: dict[str, object] = {
         "title": title,
         "workspace": str(ws.root),
-        "config_hash": config_hash(ws.config),
+        "config_hash": config_hash(session_config(ws.config)),
         "v": 1,
     }
     if parent_id:

@@ -2,87 +2,115 @@
 
 A `run` step's command runs in a process group of its own, so that a Ctrl+C reaches
 acode and not the command. The price: when acode dies by SIGKILL or a crash, the command
-lives on, and its effect could land after resume has run the step again. Each running
-command is therefore noted in the session's state directory, and resume, which takes
-the lock only once the old holder is gone, stops what is still running before anything
-else happens.
+lives on, and its effect could land after resume has run the step again.
+
+So every command notes its own process group in the session's state directory before it
+starts (the note is written by the command's shell itself, so no instant exists where
+it runs unnoted), and resume, which gets the lock only once the old holder is gone,
+stops whatever of those groups still runs before anything else happens. A process is
+recognised by its group and by the session id in its environment, never by a pid
+alone, which the system may have given to someone else since.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import time
 from pathlib import Path
 
 from acode.runtime.workspace import StatePaths
 
-__all__ = ["ChildNotes", "reap_orphans"]
+__all__ = ["SESSION_ENV", "NotedCommand", "reap_orphans"]
+
+SESSION_ENV = "ACODE_SESSION_ID"
 
 
 def _children_dir(paths: StatePaths, session_id: str) -> Path:
     return paths.session_dir(session_id) / "children"
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot: with the pid, it names one
-    process, even after the pid is reused."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
+class NotedCommand:
+    """A command that writes its own note before it runs; the note goes when the block
+    ends, however it ends (a SIGKILL of acode is what leaves it, on purpose)."""
 
+    def __init__(self, paths: StatePaths, session_id: str, name: str, command: str) -> None:
+        directory = _children_dir(paths, session_id)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._note = directory / f"{name}.pgid"
+        # `exec` keeps the shell's pid, which is the group's id (a new session).
+        self.command = (
+            f"echo $$ > {shlex.quote(str(self._note))} && exec /bin/sh -c {shlex.quote(command)}"
+        )
 
-class ChildNotes:
-    """Notes of the process groups started while it is open; removed when it closes,
-    however the block ends (a SIGKILL is the case that leaves them behind, on purpose)."""
-
-    def __init__(self, paths: StatePaths, session_id: str) -> None:
-        self._directory = _children_dir(paths, session_id)
-        self._notes: list[Path] = []
-
-    def note(self, group: int) -> None:
-        started = _start_time(group)
-        if started is None:
-            return  # already gone
-        self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        note = self._directory / f"{group}-{started}"
-        note.touch()
-        self._notes.append(note)
-
-    def __enter__(self) -> ChildNotes:
+    def __enter__(self) -> NotedCommand:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for note in self._notes:
-            with contextlib.suppress(OSError):
-                note.unlink()
+        with contextlib.suppress(OSError):
+            self._note.unlink()
+
+
+def _members(group: int | None, session_id: str) -> list[int]:
+    """Live processes of ``group`` (None: of any group) that belong to ``session_id``."""
+    marker = f"{SESSION_ENV}={session_id}".encode()
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if (group is not None and int(fields[2]) != group) or fields[0] == b"Z":
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
 
 
 def reap_orphans(paths: StatePaths, session_id: str) -> list[int]:
-    """Stop the process groups a dead run of this session left behind; their ids."""
-    directory = _children_dir(paths, session_id)
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    stopped = []
-    for name in names:
-        group_text, _, started = name.partition("-")
-        if group_text.isdigit() and _start_time(int(group_text)) == started:
-            group = int(group_text)
+    """Stop what a dead run of this session left behind: the process groups its
+    commands noted, and any other process carrying the session in its environment
+    (the git of a commit step, say). Returns the ids of the groups and processes."""
+    stopped = _reap_noted(paths, session_id)
+    for pid in _members(None, session_id):
+        if pid != os.getpid():
             with contextlib.suppress(OSError):
-                os.killpg(group, signal.SIGKILL)
-            _wait_gone(group, started)
-            stopped.append(group)
-        with contextlib.suppress(OSError):
-            (directory / name).unlink()
+                os.kill(pid, signal.SIGKILL)
+            stopped.append(pid)
     return stopped
 
 
-def _wait_gone(group: int, started: str, seconds: float = 2.0) -> None:
+def _reap_noted(paths: StatePaths, session_id: str) -> list[int]:
+    directory = _children_dir(paths, session_id)
+    try:
+        notes = list(directory.iterdir())
+    except OSError:
+        return []
+    stopped = []
+    for note in notes:
+        with contextlib.suppress(OSError, ValueError):
+            group = int(note.read_text().strip())
+            if _members(group, session_id):
+                with contextlib.suppress(OSError):
+                    os.killpg(group, signal.SIGKILL)
+                _wait_gone(group, session_id)
+                stopped.append(group)
+        with contextlib.suppress(OSError):
+            note.unlink()
+    return stopped
+
+
+def _wait_gone(group: int, session_id: str, seconds: float = 2.0) -> None:
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and _start_time(group) == started:
+    while time.monotonic() < deadline and _members(group, session_id):
         time.sleep(0.01)

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TypeVar
@@ -127,7 +127,6 @@ def run_command(
     timeout: float | None,
     max_output: int = 64 * 1024,
     env: Mapping[str, str] | None = None,
-    on_spawn: Callable[[int], None] | None = None,
 ) -> CommandResult:
     """Run ``command`` with ``/bin/sh -c`` in ``cwd`` and wait for it.
 
@@ -136,7 +135,6 @@ def run_command(
     A death by signal N is reported as 128+N, as shells do. Processes the command leaves
     running in its group are terminated once it returns. Any BaseException while waiting
     (KeyboardInterrupt, PauseRequested) terminates the group and is re-raised.
-    ``on_spawn`` learns the process group id as soon as the command runs.
     """
     started = time.monotonic()
     spawner = _Spawner(command, cwd, env)
@@ -145,8 +143,6 @@ def run_command(
     try:
         spawner.start()
         proc = spawner.result()
-        if on_spawn is not None:
-            on_spawn(proc.pid)  # the group leader: its pid is the group's id
         assert proc.stdout is not None
         assert proc.stderr is not None
         out = _TailReader(proc.stdout, max_output)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acode.domain.config import AcodeConfig
 from acode.domain.events import Event, EventType, canonical_json
@@ -65,6 +65,9 @@ from acode.runtime.steps.run_step import RunStep
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import Signer
 
+if TYPE_CHECKING:
+    from acode.runtime.sync_link import SyncLink
+
 __all__ = ["Session", "StrategyPrompt"]
 
 # Asked for an interrupted step under strategy "prompt": (step id, kind) -> "rollback",
@@ -100,6 +103,7 @@ class Session:
         interrupts: Interrupts | None = None,
         strategy: InProgressStrategy | None = None,
         strategy_prompt: StrategyPrompt | None = None,
+        sync: SyncLink | None = None,
     ) -> None:
         self._journal = journal
         self.workspace = workspace
@@ -121,6 +125,9 @@ class Session:
         self._history: list[dict[str, Any]] | None = None
         self._closed = False
         self._progress = ProgressFile(StatePaths(workspace))
+        self._sync = sync
+        if sync is not None:
+            sync.start(journal, self.observer)
 
     # -- what a caller may read ----------------------------------------------------
 
@@ -645,6 +652,8 @@ class Session:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._sync is not None:
+                self._sync.close()  # the last push and the lease, within a grace period
             self._lock.release()
             self._journal.store.close()
 

@@ -78,8 +78,10 @@ class Backlog:
     remote_id: str | None
     synced_seq: int
 
-    def pending_for(self, remote_id: str) -> int:
-        held = self.synced_seq if self.remote_id == remote_id else 0
+    def pending_for(self, remote_id: str | None = None) -> int:
+        """Events ``remote_id`` lacks (None: the recorded remote, which is all that can
+        be known without asking it)."""
+        held = self.synced_seq if remote_id in (None, self.remote_id) else 0
         return max(0, self.last_seq - held)
 
 

@@ -54,7 +54,7 @@ UPSERT_SESSION = (
     " WHERE acode.sessions.updated_at <= excluded.updated_at"  # a late pusher never goes back
 )
 INSERT_EVENT = (
-    "INSERT INTO acode.events (event_id, session_id, seq, ts, type, payload, hash, redacted)"
+    "INSERT INTO acode.events (event_id, session_id, seq, ts, type, payload, redacted, hash)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (event_id) DO NOTHING"
 )
 INSERT_CHECKPOINT = (
@@ -192,6 +192,8 @@ def failure_reason(exc: BaseException) -> str:
         resolve = re.match(r"failed to resolve host '([^']+)'", text)
         if resolve:
             text = f"unknown host {resolve[1]}"
+        elif text == "connection timeout expired":
+            text = f"no answer within {CONNECT_TIMEOUT_S} s"
     text = text if len(text) <= 200 else text[:197] + "..."
     return redact(text.replace('"', ""))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.crash.harness import CASES, SEED, TALLY, Reference, Tally, known_leftovers_ignored
+from tests.crash.harness import CASES, SEED, TALLY, Reference, Tally
 from tests.crash.killing import EVENT_POINTS, Pace, kill_token_processes
 from tests.crash.workload import (
     MAIN_PLAN,
@@ -61,7 +61,7 @@ def crash_env(crash_root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def reference(crash_root: Path, crash_env: dict[str, str]) -> Reference:
-    template = build_template(crash_root / "template", crash_env, ignore=known_leftovers_ignored())
+    template = build_template(crash_root / "template", crash_env)
     plan_file = write_plan(MAIN_PLAN, crash_root / "plan.yaml")
     ws = crash_root / "reference"
     shutil.copytree(template, ws, symlinks=True)

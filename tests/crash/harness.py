@@ -19,43 +19,17 @@ from pathlib import Path
 import pytest
 
 from tests.crash.killing import Invocation, Pace
-from tests.crash.workload import TEMP_PREFIX, GitState
+from tests.crash.workload import GitState
 
 __all__ = [
     "CASES",
-    "KNOWN_LEFTOVERS",
     "SEED",
     "TALLY",
     "Reference",
     "Tally",
-    "clear_stale_git_lock",
-    "known_leftovers_ignored",
 ]
 
 DEFAULT_CASES = 10
-# Leftovers of a known acode bug, tolerated by the random cases so that they keep
-# hunting for other bugs; test_kill_resume.py::test_kill_before_rename_leaves_no_temp_file
-# pins the bug. Remove this (and the .gitignore entry it makes) once that test passes.
-KNOWN_LEFTOVERS = (TEMP_PREFIX,)
-
-
-def known_leftovers_ignored() -> tuple[str, ...]:
-    """The .gitignore patterns for KNOWN_LEFTOVERS."""
-    return tuple(f"{prefix}*" for prefix in KNOWN_LEFTOVERS)
-
-
-def clear_stale_git_lock(ws: Path) -> bool:
-    """Remove the index.lock of a git killed with acode, as a person would on git's advice;
-    True when there was one. Call it only when no process of the case is left.
-
-    A known acode bug: test_kill_resume.py::test_power_loss_during_commit_is_resumable
-    pins it; the random cases work around it so that they keep hunting for other bugs.
-    Remove this once that test passes."""
-    lock = ws / ".git" / "index.lock"
-    if not lock.exists():
-        return False
-    lock.unlink()
-    return True
 
 
 def _int_setting(name: str, default: int) -> int:
@@ -95,12 +69,10 @@ class Tally:
     cases: int = 0
     kills: int = 0
     resumes: int = 0
-    git_locks_removed: int = 0
     by_how: dict[str, int] = field(default_factory=dict)
 
-    def record(self, invocations: Sequence[Invocation], *, git_locks_removed: int) -> None:
+    def record(self, invocations: Sequence[Invocation]) -> None:
         self.cases += 1
-        self.git_locks_removed += git_locks_removed
         self.resumes += sum(1 for inv in invocations if inv.argv[1] == "resume")
         for inv in invocations:
             if inv.killed and inv.kill is not None:
@@ -111,8 +83,7 @@ class Tally:
         how = ", ".join(f"{name} {n}" for name, n in sorted(self.by_how.items()))
         return (
             f"crash tests: seed {SEED}; {self.cases} cases, {self.kills} kills landed "
-            f"({how}), {self.resumes} resumes, {self.git_locks_removed} stale git locks "
-            f"removed (known bug). Replay: ACODE_CRASH_SEED={SEED}"
+            f"({how}), {self.resumes} resumes. Replay: ACODE_CRASH_SEED={SEED}"
         )
 
 

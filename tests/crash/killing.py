@@ -10,8 +10,8 @@ A kill lands in one of three ways, all drawn from the case's seeded RNG:
          run step's shell starts, or in a python step right after its effect.
 After a kill, the children it orphaned (run steps' shells, git) are either killed too, as
 a power loss would, or left to finish, as after an OOM kill of the parent alone; the next
-process starts once they are gone either way (a live orphan is test_kill_resume's
-subject of its own).
+process starts once they are gone either way (see OrphanFate: orphans still running when
+the next process starts are the subject of tests of their own).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Literal
 from tests.crash.workload import EFFECT_EVENT, TEMP_PREFIX
 
 __all__ = [
+    "DRAWN_FATES",
     "EVENT_POINTS",
     "EventPoint",
     "Invocation",
@@ -44,7 +45,15 @@ __all__ = [
 ]
 
 KillHow = Literal["timed", "step", "event"]
-OrphanFate = Literal["kill", "wait"]
+# What becomes of the children a killed process orphaned: killed with it (a power loss),
+# left to finish before the next process starts (an OOM kill of the parent alone), or left
+# running into the next process ("live").
+OrphanFate = Literal["kill", "wait", "live"]
+# "live" is not drawn yet: the next process can meet a git command or a run step's
+# command it cannot stop (test_kill_resume.py: test_kill_during_commit_is_resumable
+# [acode-alone], test_kill_between_spawning_a_command_and_noting_it). Draw it too once
+# those pass.
+DRAWN_FATES: tuple[OrphanFate, ...] = ("kill", "wait", "live")
 _POLL = 0.002
 _ORPHAN_WAIT = 10.0
 # Timed kills aim a little short of the expected end: processes vary in speed.
@@ -115,7 +124,7 @@ def draw_kills(rng: random.Random, count: int) -> list[KillDraw]:
     kills = []
     for _ in range(count):
         how: KillHow = rng.choice(("timed", "step", "event"))
-        fate: OrphanFate = rng.choice(("kill", "wait"))
+        fate = rng.choice(DRAWN_FATES)
         point = rng.choice(EVENT_POINTS) if how == "event" else None
         kills.append(KillDraw(how, fate, rng.random(), rng.uniform(0.0, 0.08), point))
     return kills
@@ -235,16 +244,17 @@ def _kill_on_schedule(
 
 
 def _settle_leftovers(token: str, kill: Kill | None, returncode: int) -> int:
-    """Deal with what the process left running; returns how many it left. Only a killed
-    process may leave children behind (a finished step has no processes left)."""
+    """Deal with what the process left running, by the kill's OrphanFate; returns how
+    many it left. A process that ended by itself leaves none (a finished step has no
+    processes left): the caller checks."""
     left = token_processes(token)
-    if not left:
-        return 0
-    if returncode == -signal.SIGKILL and kill is not None and kill.orphans == "wait":
-        deadline = time.monotonic() + _ORPHAN_WAIT
-        while token_processes(token) and time.monotonic() < deadline:
-            time.sleep(_POLL)
-    kill_token_processes(token)
+    fate = kill.orphans if kill is not None and returncode == -signal.SIGKILL else None
+    if left and fate != "live":
+        if fate == "wait":
+            deadline = time.monotonic() + _ORPHAN_WAIT
+            while token_processes(token) and time.monotonic() < deadline:
+                time.sleep(_POLL)
+        kill_token_processes(token)
     return len(left)
 
 

@@ -209,8 +209,9 @@ HOLD_PLAN: dict[str, Any] = {
                 {"id": "before", "write": "before.txt", "content": "before\n"},
                 {
                     "id": "hold",
-                    "run": 'while [ -n "$CRASHTEST_HOLD" ] && [ ! -e "$CRASHTEST_HOLD" ]; '
-                    "do sleep 0.01; done; echo x >> out.txt",
+                    "run": 'if [ -n "$CRASHTEST_HOLD" ]; then touch "$CRASHTEST_HOLD.entered"; '
+                    'while [ ! -e "$CRASHTEST_HOLD" ]; do sleep 0.01; done; fi; '
+                    "echo x >> out.txt",
                     "paths": ["out.txt"],
                 },
                 {"id": "after", "write": "after.txt", "content": "after\n"},
@@ -293,29 +294,27 @@ def _git(ws: Path, env: dict[str, str], *args: str) -> str:
     return result.stdout
 
 
-def build_template(ws: Path, env: dict[str, str], *, ignore: tuple[str, ...] = ()) -> Path:
-    """A git repository with one commit holding the sources and the python steps.
-    ``ignore`` adds .gitignore patterns (see KNOWN_LEFTOVERS in the tests)."""
+def build_template(ws: Path, env: dict[str, str]) -> Path:
+    """A git repository with one commit holding the sources and the python steps."""
     (ws / "src").mkdir(parents=True)
     (ws / "src" / "app.py").write_text(_APP_PY, encoding="utf-8")
     (ws / "steps.py").write_text(_STEPS_PY, encoding="utf-8")
     (ws / "README.md").write_text("# Crash-test workspace\n", encoding="utf-8")
-    patterns = [EFFECTS_LOG, "__pycache__/", *ignore]
-    (ws / ".gitignore").write_text("".join(f"{p}\n" for p in patterns), encoding="utf-8")
+    (ws / ".gitignore").write_text(f"{EFFECTS_LOG}\n__pycache__/\n", encoding="utf-8")
     _git(ws, env, "init", "--quiet")
     _git(ws, env, "add", "--all")
     _git(ws, env, "commit", "--quiet", "--message", "Initial commit")
     return ws
 
 
-def workspace_files(ws: Path, *, skip_prefixes: tuple[str, ...] = ()) -> dict[str, bytes]:
+def workspace_files(ws: Path) -> dict[str, bytes]:
     """Every file of the workspace but acode's state, git's and the side-effect log."""
     files: dict[str, bytes] = {}
     for path in sorted(ws.rglob("*")):
         rel = path.relative_to(ws)
         if rel.parts[0] in (".agent", ".git") or not path.is_file():
             continue
-        if rel.as_posix() == EFFECTS_LOG or path.name.startswith(skip_prefixes):
+        if rel.as_posix() == EFFECTS_LOG:
             continue
         files[rel.as_posix()] = path.read_bytes()
     return files

@@ -19,6 +19,7 @@ from acode.runtime.git import (
     find_commit_with_trailer,
     is_work_tree,
 )
+from acode.runtime.orphans import SESSION_ENV
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 
 __all__ = ["TRAILER", "CommitStep"]
@@ -50,7 +51,12 @@ class CommitStep:
         if existing is not None:
             return Outcome({"sha": existing, "reused": True})
         clear_stale_index_lock(ws)
-        sha = commit_all(ws, self.message, {TRAILER: env.ctx.idempotency_key})
+        sha = commit_all(
+            ws,
+            self.message,
+            {TRAILER: env.ctx.idempotency_key},
+            extra_env={SESSION_ENV: env.ctx.session_id},
+        )
         return Outcome({"sha": sha, "reused": False})
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:

@@ -22,7 +22,7 @@ from acode.runtime.git import (
     snapshot_ref,
     snapshot_worktree,
 )
-from acode.runtime.orphans import ChildNotes
+from acode.runtime.orphans import SESSION_ENV, NotedCommand
 from acode.runtime.process import CommandResult, run_command
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 from acode.runtime.steps.file_steps import observe, restore_image
@@ -73,14 +73,15 @@ class RunStep:
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
         timeout = self.timeout or env.config.run.default_timeout_seconds
-        with ChildNotes(StatePaths(env.ctx.workspace), env.ctx.session_id) as children:
+        paths = StatePaths(env.ctx.workspace)
+        name = f"{env.ctx.step_id}-{env.ctx.attempt}"
+        with NotedCommand(paths, env.ctx.session_id, name, self.command) as noted:
             result = run_command(
-                self.command,
+                noted.command,
                 cwd=env.ctx.workspace,
                 timeout=timeout,
                 max_output=env.config.run.max_output_bytes,
                 env=_step_env(env),
-                on_spawn=children.note,
             )
         if result.timed_out:
             raise StepFailedError(
@@ -146,7 +147,7 @@ def _step_env(env: StepEnv) -> dict[str, str]:
     import os
 
     child = dict(os.environ)
-    child["ACODE_SESSION_ID"] = env.ctx.session_id
+    child[SESSION_ENV] = env.ctx.session_id  # also how resume recognises an orphan
     child["ACODE_STEP_ID"] = env.ctx.step_id
     child["ACODE_IDEMPOTENCY_KEY"] = env.ctx.idempotency_key
     return child

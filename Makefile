@@ -27,8 +27,19 @@ format: $(STAMP)
 test: $(STAMP) lint
 	$(BIN)/python -m pytest
 
-bench: $(STAMP)
-	$(BIN)/python -m bench
+# The engines it compares against (DBOS, LangGraph) go into their own environment,
+# never into $(VENV): `make bench ARGS=--full` for the long run.
+BENCH_VENV  ?= .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+
+$(BENCH_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

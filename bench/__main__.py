@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--out PATH]``: measure and write docs/benchmarks.md."""
+"""``python -m bench [--quick | --full] [--out PATH]``: measure and write docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.side_by_side import SideBySideSettings
 
 __all__ = ["main"]
 
@@ -20,16 +24,40 @@ def _progress(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
 
 
+def _side_by_side_settings(quick: bool, full: bool) -> SideBySideSettings:
+    from bench.side_by_side import SideBySideSettings
+
+    sizes = (1_000,) if quick else (1_000, 10_000, 100_000) if full else (1_000, 10_000)
+    return SideBySideSettings(
+        step_sizes=sizes,
+        step_runs=3,
+        chunk=50,
+        recovery_sizes=(1_000,) if quick else (1_000, 10_000),
+        recovery_runs=3,
+        history_sizes=(100_000,) if full else (),
+        history_samples=3,
+        cold_samples=5,
+        budget_steps=10_000,
+        snapshot_files=1_000,
+        budget_samples=5,
+        full=full,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench", description="Benchmark acode against bare SQLite inserts."
+        prog="python -m bench",
+        description="Benchmark acode against bare SQLite inserts, DBOS and LangGraph.",
     )
     parser.add_argument(
         "--quick", action="store_true", help="sessions of 1,000 steps only, 3 rounds"
     )
     parser.add_argument(
-        "--runs", type=int, default=None, help="rounds per size (default 3 quick, 5 full)"
+        "--full",
+        action="store_true",
+        help="also 100,000-step workflows and histories (long: tens of minutes)",
     )
+    parser.add_argument("--runs", type=int, default=None, help="rounds per size (default 3)")
     parser.add_argument(
         "--out",
         type=Path,
@@ -44,11 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from bench.machine import bench_root, describe, fsync_latency_us
     from bench.report import Run, render
+    from bench.side_by_side import run_side_by_side
+    from bench.side_by_side_report import render_side_by_side
     from bench.suite import Settings, run_suite
 
     settings = Settings(
         sizes=(1_000,) if args.quick else (1_000, 10_000),
-        runs=args.runs or (3 if args.quick else 5),
+        # 3, not 5: the side-by-side part needs the rest of a ten-minute run.
+        runs=args.runs or 3,
         resume_sizes=(1_000, 10_000),
         resume_samples=9,
         cli_samples=3,
@@ -58,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _progress(f"databases in {root} on {machine.filesystem}")
     started = time.monotonic()
     results = run_suite(settings, root, _progress)
+    peers = run_side_by_side(_side_by_side_settings(args.quick, args.full), root, _progress)
     minutes = (time.monotonic() - started) / 60
     machine = replace(machine, fsync_after_us=fsync_latency_us(root))
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
@@ -68,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine=machine,
         settings=settings,
     )
-    text = render(run, results)
+    text = render(run, results, extra=[render_side_by_side(peers)])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)

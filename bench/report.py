@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.machine import Machine
@@ -39,9 +40,11 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
-def render(run: Run, results: Results) -> str:
+def render(run: Run, results: Results, extra: Sequence[str] = ()) -> str:
+    """The page; ``extra`` sections (the side-by-side comparison) follow the header."""
     sections = [
         _header(run),
+        *extra,
         _step_table(run.settings, results),
         _resume_table(results),
         _bytes_table(run.settings, results),

@@ -1,4 +1,4 @@
-"""Dependencies point downwards: cli -> resume -> runtime -> store -> domain.
+"""Dependencies point downwards: cli -> resume -> runtime -> sync -> store -> domain.
 
 Checked from the source with `ast`, so a layering mistake fails the suite before it
 can grow into a cycle.
@@ -7,6 +7,7 @@ can grow into a cycle.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,12 @@ ALLOWED: dict[str, set[str]] = {
     "domain": set(),
     "security": set(),
     "store": set(),
-    "runtime": {"store", "security"},
-    "resume": {"runtime", "store", "security"},
-    "cli": {"runtime", "store", "security", "resume"},
+    # The remote mirror sits below runtime so that a library session can run its worker;
+    # it reports back through callbacks instead of importing runtime.
+    "sync": {"store", "security"},
+    "runtime": {"store", "security", "sync"},
+    "resume": {"runtime", "store", "security", "sync"},
+    "cli": {"runtime", "store", "security", "resume", "sync"},
 }
 
 
@@ -43,6 +47,42 @@ def test_layer_imports_only_what_lies_below(layer: str) -> None:
             if parts[0] != "acode" or len(parts) < 2 or parts[1] == "errors":
                 continue
             assert parts[1] in allowed, f"{module.relative_to(PACKAGE)} imports {name}"
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Modules imported when ``path`` is imported: not those inside functions, nor
+    those only for type checking."""
+    found: set[str] = set()
+
+    def visit(nodes: Iterable[ast.AST]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            visit(ast.iter_child_nodes(node))
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def test_only_sync_imports_psycopg_and_only_inside_functions() -> None:
+    for module in PACKAGE.rglob("*.py"):
+        names = {n.split(".")[0] for n in _imports(module)}
+        if "psycopg" in names:
+            assert module.parent.name == "sync", module
+        assert "psycopg" not in {n.split(".")[0] for n in _top_level_imports(module)}, module
+
+
+def test_runtime_and_resume_import_sync_only_when_a_remote_is_configured() -> None:
+    for layer in ("runtime", "resume"):
+        for module in (PACKAGE / layer).rglob("*.py"):
+            assert not any(n.startswith("acode.sync") for n in _top_level_imports(module)), module
 
 
 def test_only_the_cli_imports_typer_and_rich() -> None:

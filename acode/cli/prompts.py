@@ -7,11 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from acode.cli.console import err_console, out_console
+from acode.cli.progress import quiet_screen
 from acode.cli.views import environment_lines
 from acode.errors import StorageError
 from acode.resume.environment import diff_against_record
 from acode.resume.service import ResumePreview
 from acode.runtime.inspection import read_store
+from acode.runtime.observer import Observer
+from acode.runtime.session import StrategyPrompt
 from acode.runtime.steps.base import InProgressStrategy
 from acode.security.redaction import redact
 
@@ -58,17 +61,23 @@ def _show_diffs(workspace: Path, preview: ResumePreview) -> None:
             console.print(redact(diff_against_record(workspace, change, recorded)), markup=False)
 
 
-def strategy_prompt(step_id: str, kind: str) -> InProgressStrategy | None:
-    """--strategy prompt: the person decides what happens to an interrupted step."""
-    if not sys.stdin.isatty():
-        return "rollback"
-    from rich.prompt import Prompt
+def strategy_prompt(observer: Observer) -> StrategyPrompt:
+    """--strategy prompt: the person decides what happens to an interrupted step, with
+    the progress display out of the way while asked."""
 
-    answer = Prompt.ask(
-        f"Step {step_id!r} ({kind}) was interrupted half-way. [R]oll back and run again, "
-        "run again as it is ([T]retry), or [S]top",
-        choices=["r", "t", "s"],
-        default="r",
-        console=err_console(),
-    )
-    return {"r": "rollback", "t": "retry"}.get(answer)  # type: ignore[return-value]
+    def ask(step_id: str, kind: str) -> InProgressStrategy | None:
+        if not sys.stdin.isatty():
+            return "rollback"
+        from rich.prompt import Prompt
+
+        with quiet_screen(observer):
+            answer = Prompt.ask(
+                f"Step {step_id!r} ({kind}) was interrupted half-way. [R]oll back and run "
+                "again, run again as it is ([T]retry), or [S]top",
+                choices=["r", "t", "s"],
+                default="r",
+                console=err_console(),
+            )
+        return {"r": "rollback", "t": "retry"}.get(answer)  # type: ignore[return-value]
+
+    return ask

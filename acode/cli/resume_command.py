@@ -94,7 +94,7 @@ def _resume(
             if mode is Mode.INTERACTIVE
             else None,
             verify=req.verify,
-            strategy_prompt=strategy_prompt if mode is not Mode.AUTOPILOT else None,
+            strategy_prompt=strategy_prompt(observer) if mode is not Mode.AUTOPILOT else None,
         )
         plan = shown[0].plan
         assert plan is not None

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EventStamp", "abbreviations", "next_event_stamp", "uuid7", "uuid7_ms"]
+__all__ = [
+    "SHORT_ID_LENGTH",
+    "EventStamp",
+    "abbreviations",
+    "next_event_stamp",
+    "uuid7",
+    "uuid7_ms",
+]
 
 _RAND_BITS = 74  # 12 bits rand_a + 62 bits rand_b
 _RAND_MASK = (1 << _RAND_BITS) - 1
@@ -42,12 +49,17 @@ def uuid7_ms(uuid: str) -> int:
     return _unpack(uuid)[0]
 
 
-def abbreviations(ids: list[str], minimum: int = 8) -> dict[str, str]:
+SHORT_ID_LENGTH = 13
+
+
+def abbreviations(ids: list[str], minimum: int = SHORT_ID_LENGTH) -> dict[str, str]:
     """The shortest unique prefix of each id, at least ``minimum`` characters.
 
-    The first 8 hex characters of a UUIDv7 are its timestamp's top bits, shared by
-    every session started in the same minute, so like git's abbreviated hashes a
-    short id grows until it is unique among its neighbours.
+    A UUIDv7 starts with its timestamp: its first 8 hex characters are shared by every
+    session started in the same minute, so an 8-character id printed by one run would
+    turn ambiguous when the next run starts. 13 characters (``01a2150c-1a2b``) carry the
+    whole millisecond; beyond that, like git's abbreviated hashes, a short id grows
+    until it is unique among its neighbours.
     """
     ordered = sorted(set(ids))
     shared = [0] * len(ordered)

@@ -8,11 +8,13 @@ position of the work. Per-step records are folded separately (``fold_step``).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 from acode.domain.events import Event, EventType
+from acode.domain.ids import SHORT_ID_LENGTH
 from acode.domain.states import SessionState, can_transition
 from acode.errors import CheckpointError, ErrorCode
 
@@ -24,6 +26,7 @@ __all__ = [
     "fold",
     "fold_all",
     "fold_step",
+    "payload_digest",
 ]
 
 SUMMARY_VERSION = 1
@@ -54,6 +57,7 @@ class SessionSummary:
     resumes: int = 0
     reason: str | None = None
     discarded: bool = False
+    plan_hash: str | None = None  # binds the recorded plan to the signed checkpoints
 
     def to_dict(self) -> dict[str, Any]:
         # Built by hand: this runs for every checkpoint, and dataclasses.asdict deep-copies.
@@ -73,6 +77,7 @@ class SessionSummary:
             "resumes": self.resumes,
             "reason": self.reason,
             "discarded": self.discarded,
+            "plan_hash": self.plan_hash,
         }
 
     @classmethod
@@ -84,9 +89,14 @@ class SessionSummary:
         return cls(**fields)
 
 
+def payload_digest(payload_json: str) -> str:
+    return hashlib.sha256(payload_json.encode()).hexdigest()[:32]
+
+
 def _corrupt(event: Event, problem: str) -> CheckpointError:
     return CheckpointError(
-        f"session {event.session_id[:8]}: event {event.seq} ({event.type.value}) {problem}",
+        f"session {event.session_id[:SHORT_ID_LENGTH]}: "
+        f"event {event.seq} ({event.type.value}) {problem}",
         hint="the event log does not replay; run `acode resume --verify` for a full report",
         code=ErrorCode.CHAIN_BROKEN,
     )
@@ -114,7 +124,12 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
                 s, seq=event.seq, state=target, resume_state=paused_from, reason=p.get("reason")
             )
         case EventType.PLAN_RECORDED:
-            return replace(s, seq=event.seq, total_steps=int(p["total_steps"]))
+            return replace(
+                s,
+                seq=event.seq,
+                total_steps=int(p["total_steps"]),
+                plan_hash=payload_digest(event.payload_json),
+            )
         case EventType.SESSION_RESUMED:
             return replace(s, seq=event.seq, resumes=s.resumes + 1)
         case EventType.STEP_STARTED | EventType.STEP_ROLLED_BACK:

@@ -131,9 +131,15 @@ def _refuse_terminal(row: SessionRow) -> None:
 def _preview(
     store: SqliteStore, row: SessionRow, journal: Journal, config: AcodeConfig
 ) -> ResumePreview:
-    plan = recorded_plan(store, row)
     summary = journal.summary
     assert summary is not None
+    if is_terminal(summary.state):
+        # The signed history, not the sessions table, says whether it ended.
+        raise TerminalStateError(
+            f"cannot resume session {row.short_id}: its history says it is {summary.state.value}",
+            hint="the sessions table says otherwise: the database was edited",
+        )
+    plan = recorded_plan(store, row, summary)
     continuation = None
     if plan is not None:
         continuation = plan_continuation(plan, _plan_statuses(store, row, plan, summary))

@@ -8,6 +8,7 @@ import re
 from acode.domain.config import AcodeConfig, parse_config
 from acode.domain.events import EventType
 from acode.domain.plan import Plan
+from acode.domain.reducer import SessionSummary, payload_digest
 from acode.domain.states import SessionState, is_resumable
 from acode.errors import (
     AmbiguousSessionError,
@@ -64,8 +65,12 @@ def resumable_sessions(store: SqliteStore) -> list[SessionRow]:
     ]
 
 
-def recorded_plan(store: SqliteStore, row: SessionRow) -> Plan | None:
-    """The plan a plan session recorded as its second event (see lifecycle)."""
+def recorded_plan(
+    store: SqliteStore, row: SessionRow, summary: SessionSummary | None = None
+) -> Plan | None:
+    """The plan a plan session recorded as its second event (see lifecycle). Given the
+    verified ``summary``, the plan must be the one its signed checkpoints name: a plan
+    edited in the database is refused rather than run."""
     if row.kind != "plan":
         return None
     event = store.event(row, PLAN_EVENT_SEQ)
@@ -73,6 +78,13 @@ def recorded_plan(store: SqliteStore, row: SessionRow) -> Plan | None:
         raise CheckpointError(
             f"session {row.short_id}: event {PLAN_EVENT_SEQ} should record its plan, "
             f"but is {event.type.value}",
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+    if summary is not None and summary.plan_hash != payload_digest(event.payload_json):
+        raise CheckpointError(
+            f"session {row.short_id}: its recorded plan (event {PLAN_EVENT_SEQ}) is not the "
+            "plan its signed checkpoints name: it was edited",
+            hint="refusing to run it; the history is kept unchanged for inspection",
             code=ErrorCode.CHAIN_BROKEN,
         )
     return Plan.from_dict(event.payload["plan"])

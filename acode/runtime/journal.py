@@ -14,7 +14,7 @@ from typing import Any
 
 from acode.domain.chain import event_hash, genesis_hash
 from acode.domain.events import Event, EventType, canonical_json
-from acode.domain.ids import EventStamp, next_event_stamp
+from acode.domain.ids import SHORT_ID_LENGTH, EventStamp, next_event_stamp
 from acode.domain.reducer import SessionSummary, StepRecord, fold, fold_all, fold_step
 from acode.domain.states import SessionState
 from acode.errors import CheckpointError, ErrorCode
@@ -195,7 +195,7 @@ class Journal:
             return cls(store, row, summary, tail, cp.id, clock, signer)
         detail = "; ".join(problems) if problems else "the session has no checkpoint"
         raise CheckpointError(
-            f"session {row.id[:8]} cannot be trusted: {detail}",
+            f"session {row.short_id or row.id} cannot be trusted: {detail}",
             hint="the database was edited or damaged; its history is kept unchanged for "
             "inspection (`acode session history`), start a new session to continue",
             code=ErrorCode.CHECKPOINT_INVALID if problems else ErrorCode.CHECKPOINT_NOT_FOUND,
@@ -232,7 +232,16 @@ def verify_history(
         raise CheckpointError(
             f"session {row.short_id} has no events", code=ErrorCode.CHECKPOINT_NOT_FOUND
         )
-    for recorded in store.steps(row.sid):
+    recorded_rows = store.steps(row.sid)
+    missing = sorted(steps.keys() - {r.position for r in recorded_rows})
+    if missing:
+        lost = steps[missing[0]]
+        raise _diverged(
+            row,
+            store.event(row, lost.event_seq),
+            f"step {lost.step_id!r} (position {lost.position}) has no row in the steps table",
+        )
+    for recorded in recorded_rows:
         if steps.get(recorded.position) != recorded:
             raise _diverged(
                 row,
@@ -253,13 +262,17 @@ def _diverged(row: SessionRow, event: Event, what: str) -> CheckpointError:
     )
 
 
+def _short(event: Event) -> str:
+    return event.session_id[:SHORT_ID_LENGTH]
+
+
 def _check_link(tail: _Tail, event: Event) -> None:
     expected = event_hash(
         tail.hash, event.seq, event.event_id, event.ts_us, event.type.value, event.payload_json
     )
     if event.seq != tail.seq + 1 or expected != event.hash:
         raise CheckpointError(
-            f"session {event.session_id[:8]}: event {event.seq} ({event.type.value}) does not "
+            f"session {_short(event)}: event {event.seq} ({event.type.value}) does not "
             "match the hash chain: it was edited, inserted or removed",
             hint="the history is kept unchanged for inspection (`acode session history`); "
             "start a new session to continue",
@@ -270,7 +283,7 @@ def _check_link(tail: _Tail, event: Event) -> None:
         tail.stamp.event_id,
     ):
         raise CheckpointError(
-            f"session {event.session_id[:8]}: event {event.seq} is ordered before event "
+            f"session {_short(event)}: event {event.seq} is ordered before event "
             f"{tail.seq} by (timestamp, event_id); the replay order is not deterministic",
             code=ErrorCode.CHAIN_BROKEN,
         )

@@ -26,6 +26,8 @@ from acode.domain.reducer import StepRecord, StepStatus
 from acode.domain.states import SessionState, can_transition, is_terminal
 from acode.errors import (
     ApprovalPending,
+    CheckpointError,
+    ErrorCode,
     ModelError,
     NonDeterminismError,
     PauseRequested,
@@ -76,6 +78,16 @@ StrategyPrompt = Callable[[str, str], "InProgressStrategy | None"]
 
 
 _REPLAY_WINDOW = 512
+
+# The events a step row of each status may point at.
+_EVENT_OF_STATUS = {
+    StepStatus.COMPLETED: frozenset({EventType.STEP_COMPLETED}),
+    StepStatus.FAILED: frozenset({EventType.STEP_FAILED}),
+    StepStatus.IN_PROGRESS: frozenset({EventType.STEP_STARTED, EventType.APPROVAL_REQUESTED}),
+    StepStatus.ROLLED_BACK: frozenset({EventType.STEP_ROLLED_BACK}),
+    StepStatus.PENDING: frozenset(),
+    StepStatus.SKIPPED: frozenset(),
+}
 
 
 def _input_hash(data: Mapping[str, Any]) -> str:
@@ -550,7 +562,25 @@ class Session:
             rows = self._journal.store.recorded_steps(self._journal.row, position, stop)
             self._window = {record.position: (record, event) for record, event in rows}
         found = self._window.get(position)
-        return found[0] if found else None
+        if found is None:
+            # Every position below the recorded ones got its row with its first event.
+            raise CheckpointError(
+                f"session {self.short_id}: the record of step position {position} is "
+                "missing from the steps table: the database was edited",
+                hint="refusing to run the step again; inspect with `acode resume --verify`",
+                code=ErrorCode.CHAIN_BROKEN,
+            )
+        record, event = found
+        expected = _EVENT_OF_STATUS[record.status]
+        if event.type not in expected:
+            raise CheckpointError(
+                f"session {self.short_id}: step {record.step_id!r} is {record.status.value} "
+                f"in the steps table, but its event {event.seq} is {event.type.value}: "
+                "the database was edited",
+                hint="inspect with `acode resume --verify`",
+                code=ErrorCode.CHAIN_BROKEN,
+            )
+        return record
 
     def _outcome_event(self, record: StepRecord) -> Event:
         cached = self._window.get(record.position)
@@ -578,8 +608,6 @@ class Session:
             if p.get("subject_hash") != gate:
                 return None
             if not decision_valid(self._signer, self.id, p):
-                from acode.errors import CheckpointError
-
                 raise CheckpointError(
                     f"the approval of step {step_id!r} (event {event.seq}) is not signed by "
                     "this user's key: it was not recorded by acode",

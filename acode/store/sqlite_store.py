@@ -282,7 +282,7 @@ class SqliteStore:
     def event(self, session: SessionRow, seq: int) -> Event:
         row = self.conn.execute(SELECT_EVENT, (session.sid, seq)).fetchone()
         if row is None:
-            raise StorageError(f"session {session.id[:8]} has no event {seq}")
+            raise StorageError(f"session {session.short_id or session.id} has no event {seq}")
         return self._event(session.id, row)
 
     def last_event(self, session: SessionRow) -> Event | None:

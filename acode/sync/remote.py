@@ -206,9 +206,13 @@ def connect_remote(
 ) -> Remote:
     """Connect, set the time-outs, create or migrate the schema; RemoteUnavailable (or
     SchemaTooNewError) when that cannot be done."""
-    import psycopg
-
     name = describe_remote(dsn)
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise RemoteUnavailable(
+            name, "the PostgreSQL driver is not installed: pip install 'acode[sync]'"
+        ) from exc
     try:
         conn = psycopg.connect(
             dsn,

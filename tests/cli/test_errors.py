@@ -20,7 +20,7 @@ PLAN_HINT = "Fix the plan and run again; docs/plans.md lists every step kind and
 
 def test_resume_refuses_a_terminal_session_and_finds_nothing_else(acode: Cli) -> None:
     acode.write("plan.yml", TINY)
-    short = acode("run", "plan.yml", "--json").json_lines()[0]["id"][:8]
+    short = acode("run", "plan.yml", "--json").json_lines()[0]["id"][:13]
 
     terminal, nothing = acode.many([["resume", short], ["resume"]], expect=None)
 

@@ -91,6 +91,7 @@ def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
         "session show",
         "session unlock",
         "status",
+        "sync",
     ]
     assert "Crash-proof AI coding-agent sessions" in _description(helps.top)
 

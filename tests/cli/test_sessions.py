@@ -255,7 +255,7 @@ def test_a_running_session_is_locked_until_forced(acode: Cli) -> None:
 def test_a_discarded_session_leaves_the_lists_but_keeps_its_history(acode: Cli) -> None:
     acode.write("plan.yml", plan_yaml("Given up", "{id: ok, approve: Really?}"))
     started = acode("run", "plan.yml", "--json", expect=20).json_lines()[0]
-    short = started["id"][:8]
+    short = started["id"][:13]
 
     discarded = acode("session", "discard", short)
 

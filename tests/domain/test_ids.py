@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acode.domain.ids import EventStamp, abbreviations, next_event_stamp, uuid7, uuid7_ms
+from acode.domain.ids import (
+    SHORT_ID_LENGTH,
+    EventStamp,
+    abbreviations,
+    next_event_stamp,
+    uuid7,
+    uuid7_ms,
+)
 
 UUID7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 MAX_MS = (1 << 48) - 1
@@ -165,17 +172,17 @@ def test_abbreviations_are_short_unique_prefixes(ids: list[str]) -> None:
 @given(st.lists(near_ids, min_size=1, max_size=30))
 def test_abbreviations_are_as_short_as_they_can_be(ids: list[str]) -> None:
     for full, abbr in abbreviations(ids).items():
-        if len(abbr) == 8:
+        if len(abbr) == SHORT_ID_LENGTH:
             continue
         # One character shorter (and never ending on a dash) must be ambiguous.
         cut = abbr[:-1].removesuffix("-")
         assert any(other != full and other.startswith(cut) for other in ids)
 
 
-def test_a_lone_id_is_shown_by_eight_characters() -> None:
+def test_a_lone_id_is_shown_by_its_millisecond() -> None:
     only = uuid7(BASE_MS, bytes(10))
-    assert abbreviations([only]) == {only: only[:8]}
-    assert abbreviations([only, only]) == {only: only[:8]}
+    assert abbreviations([only]) == {only: only[:SHORT_ID_LENGTH]}
+    assert abbreviations([only, only]) == {only: only[:SHORT_ID_LENGTH]}
     assert abbreviations([]) == {}
 
 

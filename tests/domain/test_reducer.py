@@ -28,6 +28,7 @@ from acode.domain.reducer import (
     fold,
     fold_all,
     fold_step,
+    payload_digest,
 )
 from acode.domain.states import SessionState, can_transition, is_terminal
 from acode.errors import CheckpointError, ErrorCode
@@ -175,8 +176,8 @@ def histories(draw: st.DrawFn) -> Generated:
     statuses: dict[int, StepStatus] = {}
     if draw(st.booleans()):
         total = draw(st.integers(0, 50))
-        h.plan(total)
-        want = replace(want, total_steps=total)
+        plan_event = h.plan(total)
+        want = replace(want, total_steps=total, plan_hash=payload_digest(plan_event.payload_json))
     for _ in range(draw(st.integers(0, 40))):
         if is_terminal(want.state):
             break
@@ -286,7 +287,7 @@ def test_fold_step_tracks_the_status_of_every_position(generated: Generated) -> 
 def test_a_typical_session_folds_to_its_summary() -> None:
     h = History()
     h.created("Add input validation")
-    h.plan(3)
+    plan_event = h.plan(3)
     h.to(S.CREATED, S.EXECUTING, "started")
     h.step(T.STEP_COMPLETED, "read-login", 0, kind="read", task="analyze")
     h.step(T.STEP_STARTED, "validator", 1, kind="write", task="implement")
@@ -311,6 +312,7 @@ def test_a_typical_session_folds_to_its_summary() -> None:
         state=S.COMPLETED,
         seq=len(h.events),
         total_steps=3,
+        plan_hash=payload_digest(plan_event.payload_json),
         steps_completed=3,
         next_position=3,
         current_task="implement",

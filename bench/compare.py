@@ -1,0 +1,98 @@
+"""Per-step overhead side by side: every engine in its own process, all of them taking
+turns a chunk of steps at a time, so that the machine's drift hits them alike. The
+engines that wait for the disk at every commit take turns among themselves, and those
+that do not among themselves: a neighbour's fsyncs would stall the latter's writes."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.peers import PEERS, Peer, available, fits
+from bench.peers.launch import Driver
+from bench.workloads import database_bytes
+
+__all__ = ["BASE", "StepResults", "run_steps"]
+
+BASE = "acode-full"  # what every ratio is taken against
+
+
+@dataclass
+class StepResults:
+    peers: tuple[Peer, ...] = ()
+    # (steps, peer key) -> µs per step, one value per round, in round order
+    per_step_us: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    # (steps, peer key) -> database bytes at the end, one value per round
+    db_bytes: dict[tuple[int, str], list[int]] = field(default_factory=dict)
+
+    def has(self, steps: int, key: str) -> bool:
+        return (steps, key) in self.per_step_us
+
+    def median_us(self, steps: int, key: str) -> float:
+        return statistics.median(self.per_step_us[(steps, key)])
+
+    def ratio(self, steps: int, key: str, base: str = BASE) -> float:
+        """The median over rounds of ``key``'s time over ``base``'s in the same round."""
+        pairs = zip(self.per_step_us[(steps, key)], self.per_step_us[(steps, base)], strict=True)
+        return statistics.median(value / reference for value, reference in pairs)
+
+    def bytes_per_step(self, steps: int, key: str) -> float | None:
+        sizes = self.db_bytes.get((steps, key))
+        return None if not sizes else statistics.median(sizes) / steps
+
+
+def run_steps(
+    sizes: Sequence[int],
+    runs: int,
+    chunk: int,
+    scratch: Path,
+    progress: Callable[[str], None],
+    *,
+    full: bool,
+) -> StepResults:
+    peers = tuple(p for p in PEERS if available(p))
+    results = StepResults(peers=peers)
+    for r in range(runs):
+        for n in sizes:
+            for durable in (True, False):
+                group = [p for p in peers if p.durable is durable and fits(p, n, full=full)]
+                # Who goes first changes from round to round as well as from turn to turn.
+                shift = r % len(group)
+                group = group[shift:] + group[:shift]
+                _round(n, group, chunk, scratch / f"steps-{r}-{n}-{durable}", results)
+                summary = "  ".join(
+                    f"{p.key} {results.per_step_us[(n, p.key)][-1]:,.0f}" for p in group
+                )
+                progress(f"steps round {r + 1}/{runs}  {n:>7,} steps  us/step: {summary}")
+    return results
+
+
+def _round(
+    n: int, peers: Sequence[Peer], chunk: int, directory: Path, results: StepResults
+) -> None:
+    drivers: list[Driver] = []
+    try:
+        for peer in peers:
+            drivers.append(Driver(peer, n, directory / peer.key, chunk))
+        totals = [0.0] * len(drivers)
+        order = list(range(len(drivers)))
+        for _ in range(math.ceil(n / chunk)):
+            for index in order:
+                totals[index] += drivers[index].turn()
+            order.reverse()
+        for driver in drivers:
+            driver.finish()
+    except BaseException:
+        for driver in drivers:
+            driver.kill()
+        raise
+    for driver, seconds in zip(drivers, totals, strict=True):
+        key = driver.peer.key
+        results.per_step_us.setdefault((n, key), []).append(seconds / n * 1e6)
+        if driver.database.exists():
+            results.db_bytes.setdefault((n, key), []).append(database_bytes(driver.database))
+    shutil.rmtree(directory)

@@ -1,0 +1,87 @@
+"""acode through its library, the way an agent's author writes it: open a session and
+call ``s.step`` for every step; after a crash, resume it and make the same calls, which
+return the recorded results of completed steps without running them.
+
+Variants: ``full`` (the default durability, fsync at every commit) and ``normal``.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.peers.protocol import Args, SideEffects, Turns, emit, kill_self, parse_args, payload
+
+__all__ = ["main"]
+
+_DB = Path(".agent/state/acode.db")
+
+
+def _configure(workspace: Path, durability: str) -> None:
+    workspace.mkdir(parents=True, exist_ok=True)
+    if durability != "full":
+        config = workspace / ".agent" / "config.yml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(f"durability: {durability}\n", encoding="utf-8")
+
+
+def _steps(args: Args) -> None:
+    import acode
+
+    def trivial(ctx: acode.StepContext) -> dict[str, Any]:
+        return payload(ctx.position)
+
+    _configure(args.directory, args.variant)
+    session = acode.open_session("bench", args.directory)
+    turns = Turns(args.chunk)
+    gc.collect()
+    turns.ready(args.directory / _DB)
+    for i in range(args.n):
+        turns.before(i)
+        session.step(f"step-{i}", trivial)
+    turns.end()
+    session.close()
+
+
+def _workflow(args: Args) -> None:
+    """The crash run and the recovery: the same code, as acode asks of its callers."""
+    import acode
+
+    side = SideEffects(args.side, probe=args.mode == "probe")
+
+    def effect(ctx: acode.StepContext) -> dict[str, Any]:
+        side.record(ctx.position)
+        return payload(ctx.position)
+
+    if args.mode == "crash":
+        _configure(args.directory, args.variant)
+        session = acode.open_session("bench", args.directory)
+    else:
+        session = acode.resume_session(None, args.directory)
+    loaded = time.monotonic()
+    with session:
+        for i in range(args.n):
+            if i == args.kill_after and args.mode == "crash":
+                kill_self()
+            session.step(f"step-{i}", effect)
+    side.report(loaded=loaded)
+
+
+def main() -> int:
+    args = parse_args()
+    # The signing key: the parent passes it; a key file in the home is not ours to make.
+    os.environ.setdefault("ACODE_CHECKPOINT_SECRET", "acode-bench-not-a-secret")
+    if args.mode == "steps":
+        _steps(args)
+    else:
+        _workflow(args)
+    emit("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

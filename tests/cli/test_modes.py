@@ -1,0 +1,476 @@
+"""Resume modes and the questions `acode resume` asks, answered on a real terminal.
+
+acode runs on a pseudo-terminal (`pty.fork`: stdin, stdout and stderr on it, and it is
+acode's controlling terminal), as in a person's terminal: it draws its live progress
+display, asks with Rich prompts and reads what is typed, and Ctrl+C typed there is a
+SIGINT from the terminal driver. A test reads the screen until a question appears,
+then types the answer.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import acode as library
+from acode.runtime.plan_loader import load_plan
+from tests.cli.conftest import ACODE, Cli, Running, plan_yaml, read_pids, wait_for
+
+__all__: list[str] = []
+
+# Colour, cursor and line-erase sequences, and the carriage returns of the terminal's
+# line discipline: what remains is the text a person reads.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-Za-z]|\r")
+
+
+class Terminal:
+    """One `acode` process on a pseudo-terminal of its own."""
+
+    def __init__(self, acode: Cli, *args: str) -> None:
+        self.argv = args
+        env = {**acode.env, "TERM": "xterm-256color"}
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: becomes acode, the terminal its controlling terminal
+            try:
+                os.chdir(acode.workspace)
+                os.execve(ACODE, [ACODE, *args], env)
+            finally:
+                os._exit(127)
+        self.pid = pid
+        self._fd = fd
+        self._raw = bytearray()
+        self._consumed = 0  # how much of the screen `expect` has read past
+        self._status: int | None = None
+
+    @property
+    def screen(self) -> str:
+        """Everything shown so far, as text."""
+        return _CONTROL.sub("", self._raw.decode("utf-8", errors="replace"))
+
+    def _read(self, wait: float) -> bool:
+        """Read what the terminal shows within ``wait`` s; False once nothing more can come."""
+        if self._fd < 0:
+            return False
+        ready, _, _ = select.select([self._fd], [], [], wait)
+        if not ready:
+            return True
+        try:
+            data = os.read(self._fd, 65536)
+        except OSError:  # EIO: no process has the terminal open any more
+            data = b""
+        self._raw += data
+        return bool(data)
+
+    def _exited(self) -> bool:
+        if self._status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self._status = os.waitstatus_to_exitcode(status)
+        return self._status is not None
+
+    def expect(self, text: str, timeout: float = 10.0) -> str:
+        """Wait for ``text`` after what was read before; returns the screen up to its end."""
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen
+            found = screen.find(text, self._consumed)
+            if found >= 0:
+                shown = screen[self._consumed : found + len(text)]
+                self._consumed = found + len(text)
+                return shown
+            if not self._read(0.05) or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{text!r} did not appear on the terminal of `acode {' '.join(self.argv)}`;"
+                    f" it shows:\n{screen}"
+                )
+
+    def idle(self, seconds: float) -> bytes:
+        """What reaches the terminal in the next ``seconds`` while nobody types: the raw
+        bytes, line erasures and redraws included."""
+        start = len(self._raw)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self._read(deadline - time.monotonic()):
+            pass
+        return bytes(self._raw[start:])
+
+    def type(self, keys: str) -> None:
+        """Type ``keys`` (a line ends with Enter: a carriage return, as a keyboard sends)."""
+        os.write(self._fd, keys.encode())
+
+    def answer(self, line: str) -> None:
+        self.type(f"{line}\r")
+
+    def finish(self, *, expect: int, timeout: float = 20.0) -> str:
+        """Wait for acode to exit with ``expect``; returns the rest of the screen."""
+        deadline = time.monotonic() + timeout
+        while not self._exited():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"acode did not exit; the terminal shows:\n{self.screen}")
+            self._read(0.05)
+        while self._read(0.05):
+            pass
+        screen = self.screen
+        assert "Traceback" not in screen, screen
+        assert "internal error" not in screen, screen
+        assert self._status == expect, f"exit status {self._status}, screen:\n{screen}"
+        return screen[self._consumed :]
+
+    def close(self) -> None:
+        if not self._exited():
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self._status = -signal.SIGKILL
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+OpenTerminal = Callable[..., Terminal]
+
+
+@pytest.fixture
+def terminal(acode: Cli) -> Iterator[OpenTerminal]:
+    """Opens `acode ARGS` on a new terminal; whatever is still running is killed after."""
+    opened: list[Terminal] = []
+
+    def open_terminal(*args: str) -> Terminal:
+        opened.append(Terminal(acode, *args))
+        return opened[-1]
+
+    yield open_terminal
+    for term in opened:
+        term.close()
+
+
+def _napping_plan(title: str, prefix: str) -> str:
+    """Two writes, then a command that naps on its first attempt only, then a write."""
+    nap = f"echo $$ >> {prefix}.pids; [ $(wc -l < {prefix}.pids) -gt 1 ] || exec sleep 5"
+    return plan_yaml(
+        title,
+        f'{{id: one, write: {prefix}-1.txt, content: "1\\n"}}',
+        f'{{id: two, write: {prefix}-2.txt, content: "2\\n"}}',
+        f'{{id: nap, run: "{nap}"}}',
+        f'{{id: last, write: {prefix}-3.txt, content: "3\\n"}}',
+    )
+
+
+def _step_started(acode: Cli, running: Running, pid_file: Path, count: int = 1) -> int:
+    """Wait until the napping step of ``running`` has written its ``count``-th pid; returns
+    that pid. If acode ends first, its output says why."""
+    wait_for(
+        "the napping step to start",
+        lambda: len(read_pids(pid_file)) >= count or running.proc.poll() is not None,
+        timeout=20,
+    )
+    if len(read_pids(pid_file)) < count:
+        ended = acode.finish(running, expect=None)
+        raise AssertionError(f"acode ended before its step started\n{ended.describe()}")
+    return read_pids(pid_file)[count - 1]
+
+
+def _paused(acode: Cli, title: str, prefix: str = "job") -> str:
+    """A plan session paused by SIGINT at its napping step (nothing to ask on: no tty);
+    returns its id."""
+    acode.write(f"{prefix}.yml", _napping_plan(title, prefix))
+    pids = acode.watch_pids(f"{prefix}.pids")
+    running = acode.start("run", f"{prefix}.yml", "--json")
+    _step_started(acode, running, pids)
+    os.kill(running.pid, signal.SIGINT)
+    started = acode.finish(running, expect=130).json_lines()[0]
+    assert started["event"] == "started"
+    return str(started["id"])
+
+
+def _events(acode: Cli, session: str) -> list[dict[str, Any]]:
+    events = acode("session", "history", session, "--json").json()
+    assert isinstance(events, list)
+    return events
+
+
+@dataclass(frozen=True)
+class _DaysAgo:
+    """A clock that reads ``days`` days before now."""
+
+    days: int
+
+    def now_us(self) -> int:
+        return time.time_ns() // 1000 - self.days * 86_400_000_000
+
+    def random_bytes(self, n: int) -> bytes:
+        return os.urandom(n)
+
+
+def _paused_days_ago(
+    acode: Cli, monkeypatch: pytest.MonkeyPatch, title: str, prefix: str, days: int
+) -> str:
+    """A plan session started and paused ``days`` days ago, through the library with a
+    clock set back: every time stamp of its signed history is that old. Returns its id."""
+    monkeypatch.setenv("ACODE_CHECKPOINT_SECRET", acode.env["ACODE_CHECKPOINT_SECRET"])
+    plan_file = acode.write(
+        f"{prefix}.yml",
+        plan_yaml(title, f'{{id: one, write: {prefix}-1.txt, content: "1\\n"}}'),
+    )
+    session = library.open_session(
+        title, workspace=acode.workspace, plan=load_plan(plan_file), clock=_DaysAgo(days)
+    )
+    session.pause("interrupted")
+    session.close()
+    return session.id
+
+
+def test_interactive_mode_asks_before_resuming_the_only_session(
+    acode: Cli, terminal: OpenTerminal
+) -> None:
+    session = _paused(acode, "Napping")
+    short = acode.status(session)["short_id"]
+    before = _events(acode, session)
+
+    declined = terminal("resume")
+    shown = declined.expect("Resume this session? [y/n] (y): ")
+    declined.answer("n")
+
+    assert shown.splitlines() == [
+        "Found 1 resumable session:",
+        f"  {short} - PAUSED - 'Napping'",
+        "     Paused at: main > nap",
+        shown.splitlines()[3],
+        "Resume this session? [y/n] (y): ",
+    ]
+    assert re.fullmatch(r"     Interrupted: \d+ seconds ago \(fresh\)", shown.splitlines()[3])
+    assert declined.finish(expect=0).split() == ["n", "Nothing", "resumed."]
+    assert _events(acode, session) == before
+
+    accepted = terminal("resume")
+    accepted.expect("Resume this session? [y/n] (y): ")
+    accepted.answer("")  # Enter takes the default: yes
+
+    rest = accepted.finish(expect=0)
+    assert f"Resuming session {short}: Napping" in rest
+    assert "  In progress: nap -> retry" in rest
+    assert re.search(r"✓ \[3/4\] main > nap: ", rest)
+    assert rest.rstrip().endswith(f"Session {short} completed: 4 steps done.")
+    assert (acode.workspace / "job-3.txt").read_text() == "3\n"
+
+
+def test_interactive_mode_numbers_several_sessions_and_takes_a_choice(
+    acode: Cli, terminal: OpenTerminal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    older = _paused_days_ago(acode, monkeypatch, "Older work", "old", days=8)
+    newer = _paused(acode, "Newer work", "new")
+    rows = {row["id"]: row for row in acode.sessions()}
+    old_short, new_short = rows[older]["short_id"], rows[newer]["short_id"]
+
+    nothing = terminal("resume")
+    nothing.expect("Resume which one? [1/2/none] (1): ")
+    nothing.answer("none")
+    assert nothing.finish(expect=0).split() == ["none", "Nothing", "resumed."]
+
+    chooser = terminal("resume")
+    listing = chooser.expect("Resume which one? [1/2/none] (1): ")
+    chooser.answer("3")
+    chooser.expect("Please select one of the available options")
+    chooser.expect("Resume which one? [1/2/none] (1): ")
+    chooser.answer("2")
+
+    lines = listing.splitlines()
+    assert lines[0] == "Found 2 resumable sessions (most recent first):"
+    assert lines[1] == f"  1. {new_short} - PAUSED - 'Newer work'"
+    assert re.fullmatch(r"     Interrupted: \d+ seconds ago \(fresh\)", lines[3])
+    assert lines[4] == f"  2. {old_short} - PAUSED - 'Older work'"
+    assert lines[5:8] == [
+        "     Paused at: the start",
+        "     Interrupted: 8 days ago (stale)",
+        "     Note: interrupted over a week ago: consider starting over "
+        "(`acode session discard ID`, then `acode run`)",
+    ]
+    rest = chooser.finish(expect=0)
+    assert f"Resuming session {old_short}: Older work" in rest
+    assert acode.status(older)["state"] == "COMPLETED"
+    assert acode.status(newer)["state"] == "PAUSED"
+    assert len(read_pids(acode.workspace / "new.pids")) == 1
+
+
+def test_autopilot_never_asks_even_on_a_terminal(
+    acode: Cli, terminal: OpenTerminal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    older = _paused_days_ago(acode, monkeypatch, "Older work", "old", days=1)
+    newer = _paused(acode, "Newer work", "new")
+
+    auto = terminal("resume", "--mode", "autopilot")
+
+    rest = auto.finish(expect=0)
+    assert "Resume" not in rest.split("Resuming session")[0]  # no question came first
+    assert "Newer work" in rest
+    assert acode.status(newer)["state"] == "COMPLETED"
+    assert acode.status(older)["state"] == "PAUSED"
+    # Without a terminal, autopilot is the default: the other one, and no question.
+    assert "Older work" in acode("resume").out
+    assert acode.status(older)["state"] == "COMPLETED"
+
+
+def test_preflight_reports_everything_and_goes_on_only_on_proceed(
+    acode: Cli, terminal: OpenTerminal
+) -> None:
+    session = _paused(acode, "Careful work")
+    short = acode.status(session)["short_id"]
+    (acode.workspace / "job-1.txt").write_text("edited by a person\n")
+    before = _events(acode, session)
+    without_tty = acode("resume", "--mode", "preflight", expect=2)
+    assert without_tty.flat_err == (
+        "error ACODE-USAGE-001: --mode preflight needs a terminal: it goes on only when you "
+        "type 'proceed' hint: use --mode autopilot in scripts, or --dry-run to see the report"
+    )
+
+    stopped = terminal("resume", session, "--mode", "preflight")
+    report = stopped.expect("Type 'proceed' to resume, anything else to stop: ")
+    stopped.answer("yes")
+
+    assert f"Would resume session {short}: Careful work" in report
+    assert "  In progress: nap (retry)" in report
+    assert "Files the session touched (2):\n  ✗ job-1.txt: Modified\n  ✓ job-2.txt: unchanged" in (
+        report
+    )
+    assert "Remaining plan:\n  Task 1: Main\n    - (in progress) nap: run: echo" in report
+    assert "\n    - last: write: job-3.txt\n" in report
+    assert "yes\nNot resumed; nothing was changed." in stopped.finish(expect=0)
+    assert _events(acode, session) == before
+
+    proceeding = terminal("resume", session, "--mode", "preflight")
+    proceeding.expect("Type 'proceed' to resume, anything else to stop: ")
+    proceeding.answer("proceed")
+
+    rest = proceeding.finish(expect=0)
+    assert rest.rstrip().endswith(f"Session {short} completed: 4 steps done.")
+    # The person saw the change and said proceed: it stays.
+    assert (acode.workspace / "job-1.txt").read_text() == "edited by a person\n"
+
+
+def test_changed_files_prompt_can_view_abort_or_continue(
+    acode: Cli, terminal: OpenTerminal
+) -> None:
+    session = _paused(acode, "Shared files")
+    (acode.workspace / "job-2.txt").write_text("2\nand a line of mine\n")
+    question = "[C]ontinue anyway, [A]bort, [V]iew changes [c/a/v] (a): "
+
+    aborted = terminal("resume", session)
+    shown = aborted.expect(question)
+    aborted.answer("a")
+
+    assert "  ✗ Files the session touched: 2 checked, 1 changed\n    - job-2.txt (modified, " in (
+        shown
+    )
+    assert "The session was working on these files. Changes may conflict.\n" in shown
+    assert "error ACODE-RESUME-004: files of session " in aborted.finish(expect=17)
+    assert acode.status(session)["resumes"] == 0
+
+    viewer = terminal("resume", session)
+    viewer.expect(question)
+    viewer.answer("v")
+    diff = viewer.expect(question)
+    viewer.answer("c")
+
+    assert "--- job-2.txt (recorded)\n+++ job-2.txt (now)\n" in diff
+    assert "\n 2\n+and a line of mine\n" in diff
+    assert viewer.finish(expect=0).rstrip().endswith("completed: 4 steps done.")
+    assert (acode.workspace / "job-2.txt").read_text() == "2\nand a line of mine\n"
+
+
+STRATEGY_QUESTION = (
+    "Step 'nap' (run) was interrupted half-way. [R]oll back and run again, run again as "
+    "it is ([T]retry), or [S]top [r/t/s] (r): "
+)
+# Rich erases the line it redraws its live display on; a question on that line is gone.
+ERASE_LINE = b"\x1b[2K"
+
+
+def test_strategy_prompt_asks_what_to_do_with_the_interrupted_step(
+    acode: Cli, terminal: OpenTerminal
+) -> None:
+    session = _paused(acode, "Half done")
+    question = STRATEGY_QUESTION
+
+    stop = terminal("resume", session, "--strategy", "prompt")
+    stop.expect(question)
+    stop.answer("s")
+
+    assert "Paused session" in stop.finish(expect=130)
+    assert acode.status(session)["state"] == "PAUSED"
+    assert len(read_pids(acode.workspace / "job.pids")) == 1  # the command did not run
+
+    retry = terminal("resume", session, "--strategy", "prompt")
+    retry.expect(question)
+    retry.answer("t")
+
+    assert retry.finish(expect=0).rstrip().endswith("completed: 4 steps done.")
+    assert len(read_pids(acode.workspace / "job.pids")) == 2
+
+
+def test_the_strategy_question_stays_on_the_screen(acode: Cli, terminal: OpenTerminal) -> None:
+    session = _paused(acode, "Half done")
+    asking = terminal("resume", session, "--strategy", "prompt")
+    asking.expect(STRATEGY_QUESTION)
+
+    redrawn = asking.idle(0.5)
+
+    asking.answer("s")
+    asking.finish(expect=130)
+    assert ERASE_LINE not in redrawn
+
+
+APPROVAL = plan_yaml(
+    "Needs a yes",
+    '{id: before, write: before.txt, content: "1\\n"}',
+    "{id: ok, approve: Ship it?}",
+    '{id: after, write: after.txt, content: "2\\n"}',
+)
+
+
+def test_approvals_are_asked_on_a_terminal_except_in_autopilot(
+    acode: Cli, terminal: OpenTerminal
+) -> None:
+    acode.write("plan.yml", APPROVAL)
+    session = acode("run", "plan.yml", "--json", expect=20).json_lines()[0]["id"]
+
+    auto = terminal("resume", session, "--mode", "autopilot")
+    assert "is waiting for approval of step 'ok': Ship it?" in auto.finish(expect=20)
+
+    asked = terminal("resume", session)
+    asked.expect("Approval needed (ok): Ship it? [y/n]: ")
+    assert ERASE_LINE not in asked.idle(0.3)  # the progress display waits with the question
+    asked.answer("y")
+
+    assert asked.finish(expect=0).rstrip().endswith("completed: 3 steps done.")
+    assert (acode.workspace / "after.txt").read_text() == "2\n"
+    decided = [e for e in _events(acode, session) if e["type"] == "approval_decided"]
+    assert [e["payload"]["approved"] for e in decided] == [True]
+
+
+def test_ctrl_c_at_a_question_changes_nothing_or_pauses(acode: Cli, terminal: OpenTerminal) -> None:
+    acode.write("plan.yml", APPROVAL)
+    session = acode("run", "plan.yml", "--json", expect=20).json_lines()[0]["id"]
+    before = _events(acode, session)
+
+    choosing = terminal("resume")
+    choosing.expect("Resume this session? [y/n] (y): ")
+    choosing.type("\x03")  # Ctrl+C before anything was written
+    choosing.finish(expect=130)
+    assert _events(acode, session) == before
+
+    approving = terminal("resume", session)
+    approving.expect("Approval needed (ok): Ship it? [y/n]: ")
+    approving.type("\x03")  # Ctrl+C at the approval: the session pauses
+
+    assert "Paused session" in approving.finish(expect=130)
+    status = acode.status(session)
+    assert (status["state"], status["lock"]) == ("PAUSED", None)
+    assert not (acode.workspace / "after.txt").exists()

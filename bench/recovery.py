@@ -66,12 +66,16 @@ def _recover(peer: Peer, n: int, directory: Path, side: Path, mode: str) -> Reco
     started, _, report = run_driver(peer, mode, n, directory, ["--side", str(side)])
     if report is None or report["first_new"] is None:
         raise RuntimeError(f"{peer.key}: the recovery ran no new step")
+    first_new = report["first_new"] - started
+    # An engine that recovers in a background thread may run a step before the call
+    # that loaded it returns: then it had loaded by the first new step.
+    loaded = first_new if report["loaded"] is None else min(report["loaded"] - started, first_new)
     if mode == "probe":
-        return Recovery(report["loaded"] - started, report["first_new"] - started, None, None, None)
+        return Recovery(loaded, first_new, None, None, None)
     seen = Counter(side.read_text(encoding="ascii").split())
     return Recovery(
-        loaded_s=report["loaded"] - started,
-        first_new_s=report["first_new"] - started,
+        loaded_s=loaded,
+        first_new_s=first_new,
         finished_s=report["finished"] - started,
         duplicates=sum(count - 1 for count in seen.values()),
         missing=n - len(seen),

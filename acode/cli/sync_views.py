@@ -57,7 +57,7 @@ def sync_summary(status: SyncStatus | None) -> str:
         case "degraded":
             return f"DEGRADED - {events} pending"
         case _:
-            return f"{events} pending (not pushed yet)"
+            return f"{events} pending"
 
 
 def status_sync_lines(status: SyncStatus | None, running: bool) -> list[str]:

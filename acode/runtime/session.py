@@ -680,10 +680,12 @@ class Session:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            if self._sync is not None:
-                self._sync.close()  # the last push and the lease, within a grace period
-            self._lock.release()
-            self._journal.store.close()
+            try:
+                if self._sync is not None:
+                    self._sync.close()  # the last push and the lease, within a grace period
+            finally:
+                self._lock.release()
+                self._journal.store.close()
 
     def __enter__(self) -> Session:
         return self

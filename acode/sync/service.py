@@ -215,7 +215,7 @@ def sync_workspace(
 
 
 def claim_session(
-    database: Path, dsn: str, session_id: str, lease: Lease, *, timeout: float = 10.0
+    database: Path, dsn: str, session_id: str, lease: Lease, *, timeout: float = 5.0
 ) -> Claim:
     """Push the session's pending events, then take its lease for ``lease``. A remote
     that cannot be asked is a Claim with a reason: a local run never waits on it."""

@@ -91,11 +91,13 @@ class SyncWorker:
             ledger = SyncLedger(store)
             sid = store.session(self._session_id).sid
             while not self._closing.is_set():
-                self.wake.wait(self._until_due())
+                backing_off = self._retry_at - time.monotonic()
+                if backing_off > 0:  # commits do not shorten the wait; closing does
+                    self._closing.wait(backing_off)
+                    continue
+                self.wake.wait(self._until_renewal())
                 if self._closing.is_set():
                     break
-                if time.monotonic() < self._retry_at:
-                    continue  # backing off: a commit does not shorten the wait
                 self.wake.clear()
                 pause = self._last_attempt + self._min_interval - time.monotonic()
                 if pause > 0 and self._closing.wait(pause):
@@ -109,11 +111,8 @@ class SyncWorker:
             store.close()
             self._done.set()
 
-    def _until_due(self) -> float:
-        now = time.monotonic()
-        if now < self._retry_at:
-            return self._retry_at - now
-        return max(0.0, self._last_attempt + self._renew_every - now)
+    def _until_renewal(self) -> float:
+        return max(0.0, self._last_attempt + self._renew_every - time.monotonic())
 
     def _attempt(
         self, ledger: SyncLedger, sid: int, remote: Remote | None, *, final: bool

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +61,13 @@ def _workflow(args: Args) -> None:
         session = acode.open_session("bench", args.directory)
     else:
         session = acode.resume_session(None, args.directory)
-    loaded = time.monotonic()
+    side.mark_loaded()
     with session:
         for i in range(args.n):
             if i == args.kill_after and args.mode == "crash":
                 kill_self()
             session.step(f"step-{i}", effect)
-    side.report(loaded=loaded)
+    side.report()
 
 
 def main() -> int:

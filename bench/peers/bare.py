@@ -11,7 +11,6 @@ import gc
 import json
 import sqlite3
 import sys
-import time
 from pathlib import Path
 
 from bench.peers.protocol import Args, SideEffects, Turns, emit, kill_self, parse_args, payload
@@ -87,14 +86,14 @@ def _workflow(args: Args) -> None:
     side = SideEffects(args.side, probe=args.mode == "probe")
     log = _open(args)
     start = log.done() if args.mode != "crash" else 0
-    loaded = time.monotonic()
+    side.mark_loaded()
     for i in range(start, args.n):
         if i == args.kill_after and args.mode == "crash":
             kill_self()
         side.record(i)
         log.record(i)
     log.close()
-    side.report(loaded=loaded)
+    side.report()
 
 
 def main() -> int:

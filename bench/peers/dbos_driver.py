@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import sqlite3
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -80,12 +79,12 @@ def main() -> int:
     }
     DBOS(config=config)
     DBOS.launch()
-    loaded = time.monotonic()
+    side.mark_loaded()
     try:
         if args.mode in ("recover", "probe"):
             # launch() has re-enqueued the pending workflow; wait for it to finish.
             DBOS.retrieve_workflow(_WORKFLOW_ID).get_result()
-            side.report(loaded=loaded)
+            side.report()
         else:
             if timed:
                 gc.collect()

@@ -15,7 +15,6 @@ import gc
 import operator
 import sqlite3
 import sys
-import time
 from typing import Annotated, Any, Literal, TypedDict
 
 from bench.peers.protocol import SideEffects, Turns, emit, kill_self, parse_args, payload
@@ -80,10 +79,10 @@ def main() -> int:
     graph = builder.compile(checkpointer=SqliteSaver(conn))
     config: Any = {"configurable": {"thread_id": "bench"}, "recursion_limit": n + 10}
     start: dict[str, Any] = {"count": 0, "results": []} if accumulate else {"count": 0}
-    loaded = time.monotonic()
+    side.mark_loaded()
     if args.mode in ("recover", "probe"):
         graph.invoke(None, config, durability=durability)
-        side.report(loaded=loaded)
+        side.report()
     else:
         if timed:
             gc.collect()

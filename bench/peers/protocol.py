@@ -124,7 +124,11 @@ class SideEffects:
     def __init__(self, path: Path | None, *, probe: bool = False) -> None:
         self._fd = -1 if path is None else os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         self._probe = probe
+        self.loaded: float | None = None  # time.monotonic() once the engine has its state
         self.first_new: float | None = None  # time.monotonic() of this process's first run
+
+    def mark_loaded(self) -> None:
+        self.loaded = time.monotonic()
 
     def record(self, position: int) -> None:
         if self.first_new is None:
@@ -137,6 +141,6 @@ class SideEffects:
         if self._fd >= 0:
             os.write(self._fd, f"{position}\n".encode())
 
-    def report(self, **fields: Any) -> None:
+    def report(self) -> None:
         """The recovering process's times, on the same clock as the parent's."""
-        emit("recovered", first_new=self.first_new, finished=time.monotonic(), **fields)
+        emit("recovered", loaded=self.loaded, first_new=self.first_new, finished=time.monotonic())

@@ -73,6 +73,12 @@ class Mirror:
         with psycopg.connect(self.pg.direct_dsn(self.dbname), autocommit=True) as conn:
             return conn.execute(sql, params).fetchall()
 
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        import psycopg
+
+        with psycopg.connect(self.pg.direct_dsn(self.dbname), autocommit=True) as conn:
+            conn.execute(sql, params)
+
     def events(self, session_id: str) -> list[tuple[str, int, str, bytes]]:
         """(event_id, seq, type, hash) of a session on the remote, in seq order."""
         if self.query("SELECT to_regclass('acode.events')") == [(None,)]:

@@ -30,9 +30,7 @@ PLAN = plan_yaml(
 
 
 @pytest.fixture
-def acode(
-    workspace: Path, cli_env: dict[str, str], background: Background, mirror: Mirror
-) -> Cli:
+def acode(workspace: Path, cli_env: dict[str, str], background: Background, mirror: Mirror) -> Cli:
     """acode in ``workspace``, its remote the test's database (through the proxy)."""
     return Cli(workspace, {**cli_env, "ACODE_SYNC_DSN": mirror.dsn}, background)
 
@@ -176,10 +174,9 @@ def test_resume_is_refused_while_the_remote_names_another_holder(
     short = session["short_id"]
     acode("approve", short)
     assert mirror.query("SELECT lease_holder FROM acode.sessions") == [(None,)]
-    mirror.query(
+    mirror.execute(
         "UPDATE acode.sessions SET lease_holder = 'their-token', lease_host = 'elsewhere',"
         " lease_pid = 4242, lease_since = now(), lease_expires = now() + interval '30 s'"
-        " RETURNING 1"
     )
     before = acode("session", "history", short, "--json").json()
 
@@ -193,7 +190,7 @@ def test_resume_is_refused_while_the_remote_names_another_holder(
     assert acode("session", "history", short, "--json").json() == before
     assert not (acode.workspace / "last.txt").exists()
 
-    mirror.query("UPDATE acode.sessions SET lease_expires = now() - interval '1 s' RETURNING 1")
+    mirror.execute("UPDATE acode.sessions SET lease_expires = now() - interval '1 s'")
     acode("resume", short)
 
     assert (acode.workspace / "last.txt").read_text() == "2\n"
@@ -208,12 +205,11 @@ def test_session_list_remote_shows_where_each_session_is(acode: Cli, mirror: Mir
     mirror.proxy.up()
     connect_remote(mirror.dsn).close()
     other = "01a00000-0000-7000-8000-000000000001"
-    mirror.query(
+    mirror.execute(
         "INSERT INTO acode.sessions (id, title, state, workspace, host, created_at, updated_at,"
         " lease_holder, lease_host, lease_pid, lease_since, lease_expires) VALUES (%s,"
         " 'On the laptop', 'EXECUTING', '/home/kim/app', 'laptop', now() - interval '1 h',"
-        " now() - interval '1 h', 't', 'laptop', 4242, now(), now() + interval '30 s')"
-        " RETURNING 1",
+        " now() - interval '1 h', 't', 'laptop', 4242, now(), now() + interval '30 s')",
         (other,),
     )
 
@@ -307,3 +303,20 @@ def test_scenario_07_sync_pending(acode: Cli, mirror: Mirror) -> None:
     mirror.proxy.up()
     acode("sync")
     assert_mirrored(mirror, acode.workspace, acode.only_session()["id"])
+
+
+def test_a_session_recorded_before_the_remote_was_set_is_pending_not_degraded(
+    acode: Cli, mirror: Mirror, cli_env: dict[str, str]
+) -> None:
+    acode.write("plan.yml", PLAN)
+    acode("run", "plan.yml", env=cli_env)  # no remote yet
+    events = len(local_events(acode.workspace, acode.only_session()["id"]))
+
+    lines = _sync_lines(acode("status").out)
+
+    assert lines == [
+        f"Sync:    {events} events pending",
+        f"Remote:  postgresql://postgres@127.0.0.1:{mirror.proxy.port}/{mirror.dbname}",
+        "  Push them now with: acode sync",
+    ]
+    assert acode.status(acode.only_session()["id"])["sync"]["status"] == "pending"

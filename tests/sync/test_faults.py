@@ -26,7 +26,7 @@ def _wrong_password(mirror: Mirror) -> str:
 
     role, right = PASSWORD_ROLE
     if not mirror.pg.embedded:  # a given server: the role may have to be made first
-        mirror.query(
+        mirror.execute(
             f"DO $$ BEGIN CREATE ROLE {role} LOGIN PASSWORD '{right}';"
             " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
         )

@@ -181,14 +181,14 @@ def test_a_session_that_also_ran_elsewhere_is_reported_not_overwritten(
     import uuid
 
     connect_remote(mirror.dsn).close()
-    mirror.query(
+    mirror.execute(
         "INSERT INTO acode.sessions (id, title, state, workspace, host, created_at, updated_at)"
-        " VALUES (%s, 'elsewhere', 'EXECUTING', '/w', 'laptop', now(), now()) RETURNING 1",
+        " VALUES (%s, 'elsewhere', 'EXECUTING', '/w', 'laptop', now(), now())",
         (local.session_id,),
     )
-    mirror.query(
+    mirror.execute(
         "INSERT INTO acode.events (event_id, session_id, seq, ts, type, payload, hash)"
-        " VALUES (%s, %s, 1, 1, 'session_created', '{}', '\\\\x00') RETURNING 1",
+        " VALUES (%s, %s, 1, 1, 'session_created', '{}', '\\x00')",
         (str(uuid.uuid4()), local.session_id),
     )
     remote = connect_remote(mirror.dsn)
@@ -212,7 +212,7 @@ def test_a_lease_names_its_holder_refuses_others_and_lapses(local: Local, mirror
         assert other is not None
         assert other.describe().startswith("pid 4242 on host laptop since ")
 
-        mirror.query("UPDATE acode.sessions SET lease_expires = now() - interval '1 s' RETURNING 1")
+        mirror.execute("UPDATE acode.sessions SET lease_expires = now() - interval '1 s'")
         assert (
             push_session(local.ledger, remote, local.session_id, now_us, lease=theirs).holder
             is None

@@ -78,17 +78,17 @@ def test_events_on_the_remote_are_append_only(mirror: Mirror) -> None:
 
     connect_remote(mirror.dsn).close()
     session, event = str(uuid.uuid4()), str(uuid.uuid4())
-    mirror.query(
+    mirror.execute(
         "INSERT INTO acode.sessions (id, title, state, workspace, host, created_at, updated_at)"
-        " VALUES (%s, 't', 'EXECUTING', '/w', 'h', now(), now()) RETURNING 1",
+        " VALUES (%s, 't', 'EXECUTING', '/w', 'h', now(), now())",
         (session,),
     )
-    mirror.query(
+    mirror.execute(
         "INSERT INTO acode.events (event_id, session_id, seq, ts, type, payload, hash)"
-        " VALUES (%s, %s, 1, 1, 'session_created', '{}', '\\x00') RETURNING 1",
+        " VALUES (%s, %s, 1, 1, 'session_created', '{}', '\\x00')",
         (event, session),
     )
 
     for change in ("DELETE FROM acode.events", "UPDATE acode.events SET seq = 2"):
         with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
-            mirror.query(change + " RETURNING 1")
+            mirror.execute(change)

@@ -113,8 +113,12 @@ def test_degraded_mode_then_the_reconnect_is_noticed_logged_and_drained(
         assert state.next_retry
         assert state.down_since
 
-        for i in range(3):  # the session goes on, locally
+        cpu = time.process_time()
+        for i in range(3):  # the session goes on, locally, and wakes a worker backing off
             s.step(f"b{i}", lambda ctx: ctx.position)
+        time.sleep(0.3)
+        assert time.process_time() - cpu < 0.2  # which waits: it does not spin
+        assert _state(workspace, s.id).failures == state.failures  # nor try again early
         mirror.proxy.up()
         _eventually("the reconnect", lambda: NoticeKind.RECONNECTED in watcher.kinds(), 5)
         session_id = s.id

@@ -157,15 +157,15 @@ def mirrored_payload(payload_json: str) -> tuple[str, bool]:
     return canonical_json(redact_json(json.loads(payload_json))), True
 
 
+def _event_row(session_id: str, e: Event) -> tuple[object, ...]:
+    payload, redacted = mirrored_payload(e.payload_json)
+    return (e.event_id, session_id, e.seq, e.ts_us, e.type.value, payload, redacted)
+
+
 _TARGET = re.compile(
     r'connection to server (?:at "(?P<host>[^"]+)"(?: \([^)]*\))?, port (?P<port>\d+)'
     r'|on socket "(?P<socket>[^"]+)") failed: (?P<detail>[^\n]+)'
 )
-
-
-def _event_row(session_id: str, e: Event) -> tuple[object, ...]:
-    payload, redacted = mirrored_payload(e.payload_json)
-    return (e.event_id, session_id, e.seq, e.ts_us, e.type.value, payload, redacted)
 
 
 def failure_reason(exc: BaseException) -> str:

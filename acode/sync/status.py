@@ -37,13 +37,13 @@ class SyncStatus:
     down_since: int | None = None
 
 
-LOCAL = SyncStatus(SyncMode.LOCAL)
+_LOCAL = SyncStatus(SyncMode.LOCAL)
 
 
 def session_sync_status(ledger: SyncLedger, session: SessionRow, dsn: str | None) -> SyncStatus:
     """The sync status of ``session`` with the remote ``dsn`` (None: local only)."""
     if not dsn:
-        return LOCAL
+        return _LOCAL
     state = ledger.state(session.sid)
     pending = max(0, ledger.last_seq(session.sid) - state.synced_seq)
     if pending == 0:

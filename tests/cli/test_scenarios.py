@@ -15,8 +15,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.cli.conftest import Cli, Result, Running, alive, plan_yaml, read_pids, wait_for
 
 __all__: list[str] = []
@@ -290,15 +288,8 @@ def test_scenario_06_environment_changed(acode: Cli) -> None:
     assert x.read_text() == "def is_email(s): return '@' in s\n"  # the person's edit stays
 
 
-@pytest.mark.skip(reason="remote sync is issue 4")
-def test_scenario_07_sync_pending() -> None:
-    # 1. Disconnect network
-    # 2. Run session
-    # 3. Pause
-    # 4. Resume
-    # 5. Verify: "Degraded mode" shown
-    # 6. Verify: works locally
-    raise AssertionError("unreachable: skipped")
+# Scenario 7 (sync pending: degraded mode shown, works locally) needs a PostgreSQL
+# server; it lives with the sync tests: tests/sync/test_commands.py::test_scenario_07_sync_pending.
 
 
 def test_scenario_08_crash_recovery(acode: Cli) -> None:

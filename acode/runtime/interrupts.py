@@ -8,6 +8,7 @@ never cut in half.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from acode.errors import EXIT_INTERRUPTED, PauseRequested
+from acode.runtime.procfs import processes
 
 __all__ = ["Interrupts"]
 
@@ -63,24 +65,10 @@ def _kill_children() -> None:
     groups of their own (so a Ctrl+C reaches acode, not them), which is why leaving
     would otherwise leave them running on, racing the resume that repeats their step."""
     me = os.getpid()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        parent, group = int(fields[1]), int(fields[2])
-        if parent == me:
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except OSError:
-                continue
+    for process in processes():
+        if process.parent == me:
+            with contextlib.suppress(OSError):
+                os.killpg(process.group, signal.SIGKILL)
 
 
 class _Interruptible:

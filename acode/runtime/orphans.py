@@ -21,6 +21,7 @@ import signal
 import time
 from pathlib import Path
 
+from acode.runtime.procfs import environment, processes
 from acode.runtime.workspace import StatePaths
 
 __all__ = ["SESSION_ENV", "NotedCommand", "reap_orphans"]
@@ -56,25 +57,11 @@ class NotedCommand:
 def _members(group: int | None, session_id: str) -> list[int]:
     """Live processes of ``group`` (None: of any group) that belong to ``session_id``."""
     marker = f"{SESSION_ENV}={session_id}".encode()
-    found: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            if (group is not None and int(fields[2]) != group) or fields[0] == b"Z":
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
+    return [
+        p.pid
+        for p in processes()
+        if p.state != "Z" and (group is None or p.group == group) and marker in environment(p.pid)
+    ]
 
 
 def reap_orphans(paths: StatePaths, session_id: str) -> list[int]:

@@ -1,0 +1,60 @@
+"""What Linux's /proc says about processes: the one place acode reads it.
+
+Where there is no /proc, nothing is found, and the callers fall back to doing less
+(never to guessing).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["ProcessInfo", "environment", "open_files", "processes"]
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    state: str  # "Z" for a zombie
+    parent: int
+    group: int
+
+
+def processes() -> Iterator[ProcessInfo]:
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                # The command name, in parentheses, may hold spaces: split after it.
+                fields = f.read().rsplit(b")", 1)[1].split()
+            yield ProcessInfo(int(entry), fields[0].decode(), int(fields[1]), int(fields[2]))
+        except (OSError, IndexError, ValueError):
+            continue
+
+
+def environment(pid: int) -> list[bytes]:
+    """The process's environment as ``NAME=value`` entries (empty when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def open_files(pid: int) -> Iterator[str]:
+    """The paths the process has open."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            yield os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue

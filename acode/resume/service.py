@@ -348,7 +348,7 @@ def _resume(
         store = open_store(ws.paths.db, ws.config.durability)
         cleanup.callback(store.close)
         row = select_for_resume(store, id_or_prefix)
-        lock = take_lock(ws, row.id, clock)
+        lock = take_lock(ws, row.id, clock, label=row.short_id)
         cleanup.callback(lock.release)
         row = store.session(row.id)  # it may have moved on while we took the lock
         # With the lock free, whoever ran the session is gone: the commands it left

@@ -45,7 +45,7 @@ def decide_approval(
     store = open_store(ws.paths.db, ws.config.durability)
     try:
         row = find_session(store, id_or_prefix)
-        with take_lock(ws, row.id, clock):
+        with take_lock(ws, row.id, clock, label=row.short_id):
             row = store.session(row.id)
             journal = Journal.load(store, row, clock, signer)
             waiting = [

@@ -78,9 +78,15 @@ def now_iso(clock: Clock) -> str:
     return datetime.fromtimestamp(clock.now_us() / 1e6, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def take_lock(ws: Workspace, session_id: str, clock: Clock) -> SessionLock:
+def take_lock(
+    ws: Workspace, session_id: str, clock: Clock, *, label: str | None = None
+) -> SessionLock:
     return acquire(
-        ws.paths.locks, session_id, command=" ".join(sys.argv) or "python", now_iso=now_iso(clock)
+        ws.paths.locks,
+        session_id,
+        command=" ".join(sys.argv) or "python",
+        now_iso=now_iso(clock),
+        label=label,
     )
 
 

@@ -126,8 +126,11 @@ def lock_path(locks_dir: Path, session_id: str) -> Path:
     return locks_dir / f"{session_id}.lock"
 
 
-def acquire(locks_dir: Path, session_id: str, *, command: str, now_iso: str) -> SessionLock:
-    """Take the session's lock without waiting, or raise SessionLockedError (exit 16)."""
+def acquire(
+    locks_dir: Path, session_id: str, *, command: str, now_iso: str, label: str | None = None
+) -> SessionLock:
+    """Take the session's lock without waiting, or raise SessionLockedError (exit 16).
+    ``label`` is how messages name the session (its short id)."""
     path = lock_path(locks_dir, session_id)
     _make_locks_dir(locks_dir)
     for _ in range(_MAX_ATTEMPTS):
@@ -136,7 +139,7 @@ def acquire(locks_dir: Path, session_id: str, *, command: str, now_iso: str) -> 
             continue  # unlinked between our two opens: start again
         try:
             if not _try_flock(fd, fcntl.LOCK_EX):
-                raise _locked_error(path, session_id, _owner_from_fd(fd))
+                raise _locked_error(path, label or session_id, _owner_from_fd(fd))
             # A force-unlock may have unlinked the file after we opened it: our flock is
             # then on an orphan while a newcomer locks the new file. Only the file the
             # path names counts.

@@ -52,7 +52,7 @@ def discard_session(workspace: Path, id_or_prefix: str, *, reason: str | None = 
     store = open_store(ws.paths.db, ws.config.durability)
     try:
         row = find_session(store, id_or_prefix)
-        with take_lock(ws, row.id, clock):
+        with take_lock(ws, row.id, clock, label=row.short_id):
             row = store.session(row.id)
             if is_terminal(SessionState(row.state)) or row.archived:
                 raise UsageError(

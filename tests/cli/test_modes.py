@@ -110,7 +110,7 @@ class Terminal:
     def answer(self, line: str) -> None:
         self.type(f"{line}\r")
 
-    def finish(self, *, expect: int, timeout: float = 20.0) -> str:
+    def finish(self, *, expect: int, timeout: float = 60.0) -> str:
         """Wait for acode to exit with ``expect``; returns the rest of the screen."""
         deadline = time.monotonic() + timeout
         while not self._exited():

@@ -191,6 +191,42 @@ class Plan:
         """Rebuild a plan from ``to_dict()``, with the checks of a plan file."""
         return build_plan(data, source="recorded plan", line_of=_no_lines)
 
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> Plan:
+        """Rebuild a plan that acode recorded and has proven unchanged (its hash is in
+        the signed checkpoints), without the checks of a plan file: they were made when
+        it was recorded, and cost 150 ms on a 10,000-step plan."""
+        return cls(
+            title=data["title"],
+            tasks=tuple(
+                TaskSpec(
+                    id=task["id"],
+                    title=task["title"],
+                    steps=tuple(_recorded_step(step, task["id"]) for step in task["steps"]),
+                )
+                for task in data["tasks"]
+            ),
+        )
+
+
+def _recorded_step(data: Mapping[str, Any], task_id: str) -> StepSpec:
+    kind = next(k for k in _KIND_NAMES if k in data)
+    paths = data.get("paths")
+    return StepSpec(
+        id=data["id"],
+        kind=StepKind(kind),
+        task_id=task_id,
+        target=data[kind],
+        title=data.get("title", ""),
+        content=data.get("content"),
+        old=data.get("old"),
+        new=data.get("new"),
+        idempotent=bool(data.get("idempotent", False)),
+        timeout=data.get("timeout"),
+        paths=tuple(paths) if paths else (),
+        check=data.get("check"),
+    )
+
 
 def build_plan(data: object, *, source: str, line_of: LineLookup) -> Plan:
     """Validate plain data (as parsed from a plan file) and build the Plan.

@@ -87,7 +87,9 @@ def recorded_plan(
             hint="refusing to run it; the history is kept unchanged for inspection",
             code=ErrorCode.CHAIN_BROKEN,
         )
-    return Plan.from_dict(event.payload["plan"])
+    if summary is None:
+        return Plan.from_dict(event.payload["plan"])
+    return Plan.from_record(event.payload["plan"])
 
 
 def recorded_config(row: SessionRow) -> AcodeConfig:

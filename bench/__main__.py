@@ -75,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.side_by_side import run_side_by_side
     from bench.side_by_side_report import render_side_by_side
     from bench.suite import Settings, run_suite
+    from bench.sync_bench import sync_section
 
     settings = Settings(
         sizes=(1_000,) if args.quick else (1_000, 10_000),
@@ -90,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     results = run_suite(settings, root, _progress)
     peers = run_side_by_side(_side_by_side_settings(args.quick, args.full), root, _progress)
+    sync = sync_section(root, _progress)
     minutes = (time.monotonic() - started) / 60
     machine = replace(machine, fsync_after_us=fsync_latency_us(root))
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
@@ -100,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine=machine,
         settings=settings,
     )
-    text = render(run, results, extra=[render_side_by_side(peers)])
+    text = render(run, results, extra=[render_side_by_side(peers), sync])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)

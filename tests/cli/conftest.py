@@ -282,6 +282,20 @@ def read_pids(path: Path) -> list[int]:
     return [int(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
 
 
+def step_started(cli: Cli, running: Running, pid_file: Path, count: int = 1) -> int:
+    """Wait until the napping step of ``running`` has written its ``count``-th pid to
+    ``pid_file``; returns that pid. If acode ends first, its output says why."""
+    wait_for(
+        "the napping step to start",
+        lambda: len(read_pids(pid_file)) >= count or running.proc.poll() is not None,
+        timeout=20,
+    )
+    if len(read_pids(pid_file)) < count:
+        ended = cli.finish(running, expect=None)
+        raise AssertionError(f"acode ended before its step started\n{ended.describe()}")
+    return read_pids(pid_file)[count - 1]
+
+
 def wait_for_pid(path: Path, count: int = 1, timeout: float = 10.0) -> int:
     """Wait until ``path`` holds ``count`` pids; returns the last."""
     wait_for(f"{count} pid(s) in {path.name}", lambda: len(read_pids(path)) >= count, timeout)

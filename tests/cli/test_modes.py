@@ -17,14 +17,13 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import acode as library
 from acode.runtime.plan_loader import load_plan
-from tests.cli.conftest import ACODE, Cli, Running, plan_yaml, read_pids, wait_for
+from tests.cli.conftest import ACODE, Cli, plan_yaml, read_pids, step_started
 
 __all__: list[str] = []
 
@@ -164,27 +163,13 @@ def _napping_plan(title: str, prefix: str) -> str:
     )
 
 
-def _step_started(acode: Cli, running: Running, pid_file: Path, count: int = 1) -> int:
-    """Wait until the napping step of ``running`` has written its ``count``-th pid; returns
-    that pid. If acode ends first, its output says why."""
-    wait_for(
-        "the napping step to start",
-        lambda: len(read_pids(pid_file)) >= count or running.proc.poll() is not None,
-        timeout=20,
-    )
-    if len(read_pids(pid_file)) < count:
-        ended = acode.finish(running, expect=None)
-        raise AssertionError(f"acode ended before its step started\n{ended.describe()}")
-    return read_pids(pid_file)[count - 1]
-
-
 def _paused(acode: Cli, title: str, prefix: str = "job") -> str:
     """A plan session paused by SIGINT at its napping step (nothing to ask on: no tty);
     returns its id."""
     acode.write(f"{prefix}.yml", _napping_plan(title, prefix))
     pids = acode.watch_pids(f"{prefix}.pids")
     running = acode.start("run", f"{prefix}.yml", "--json")
-    _step_started(acode, running, pids)
+    step_started(acode, running, pids)
     os.kill(running.pid, signal.SIGINT)
     started = acode.finish(running, expect=130).json_lines()[0]
     assert started["event"] == "started"

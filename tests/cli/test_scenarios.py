@@ -12,10 +12,17 @@ from __future__ import annotations
 import os
 import re
 import signal
-from pathlib import Path
 from typing import Any
 
-from tests.cli.conftest import Cli, Result, Running, alive, plan_yaml, read_pids, wait_for
+from tests.cli.conftest import (
+    Cli,
+    Result,
+    alive,
+    plan_yaml,
+    read_pids,
+    step_started,
+    wait_for,
+)
 
 __all__: list[str] = []
 
@@ -62,20 +69,6 @@ def _workspace(acode: Cli, plan: str) -> None:
     acode.write("plan.yml", plan)
 
 
-def _step_started(acode: Cli, running: Running, pid_file: Path, count: int = 1) -> int:
-    """Wait until the napping step of ``running`` has written its ``count``-th pid; returns
-    that pid. If acode ends first, its output says why."""
-    wait_for(
-        "the napping step to start",
-        lambda: len(read_pids(pid_file)) >= count or running.proc.poll() is not None,
-        timeout=20,
-    )
-    if len(read_pids(pid_file)) < count:
-        ended = acode.finish(running, expect=None)
-        raise AssertionError(f"acode ended before its step started\n{ended.describe()}")
-    return read_pids(pid_file)[count - 1]
-
-
 def _interrupt_run(acode: Cli, *args: str, pids: str = "nap.pids") -> tuple[str, Result]:
     """Start `acode ARGS`, press Ctrl+C once its napping step runs; returns the short id
     and what acode printed. Ctrl+C reaches the terminal's foreground process group, which
@@ -83,7 +76,7 @@ def _interrupt_run(acode: Cli, *args: str, pids: str = "nap.pids") -> tuple[str,
     pid_file = acode.watch_pids(pids)
     seen = len(read_pids(pid_file))
     running = acode.start(*args)
-    _step_started(acode, running, pid_file, seen + 1)
+    step_started(acode, running, pid_file, seen + 1)
     os.killpg(running.pid, signal.SIGINT)
     result = acode.finish(running, expect=130)
     paused = re.search(r"Paused session (\S+);", result.flat_err)
@@ -234,7 +227,7 @@ def test_scenario_05_lock_conflict(acode: Cli) -> None:
 
     # 1. Start session in terminal 1
     terminal_1 = acode.start("run", "plan.yml")
-    _step_started(acode, terminal_1, pids)
+    step_started(acode, terminal_1, pids)
     short = acode.only_session()["short_id"]
 
     # 2. Try `acode resume` in terminal 2 (the most recent session, then by id)
@@ -298,7 +291,7 @@ def test_scenario_08_crash_recovery(acode: Cli) -> None:
 
     # 1. Start session
     running = acode.start("run", "plan.yml")
-    child = _step_started(acode, running, pids)
+    child = step_started(acode, running, pids)
     # 2. Kill process (kill -9): nothing is recorded, no handler runs
     os.kill(running.pid, signal.SIGKILL)
     acode.finish(running, expect=-signal.SIGKILL)
@@ -360,7 +353,7 @@ def test_scenario_10_multiple_resumes(acode: Cli) -> None:
 
     # 1. Resume session
     second = acode.start("resume", short)
-    child = _step_started(acode, second, nap2)
+    child = step_started(acode, second, nap2)
     # 2. Interrupt again, the hard way this time
     os.kill(second.pid, signal.SIGKILL)
     acode.finish(second, expect=-signal.SIGKILL)

@@ -45,7 +45,7 @@ from tests.cli.conftest import (
     make_env,
     plan_yaml,
     read_pids,
-    wait_for,
+    step_started,
 )
 from tests.support.fake_openai import FakeOpenAI
 
@@ -121,26 +121,12 @@ def _library_session(ws: Path, title: str, end: str) -> str:
     return s.id
 
 
-def _step_started(cli: Cli, running: Running, pid_file: Path, count: int = 1) -> int:
-    """Wait until the napping step of ``running`` has written its ``count``-th pid; returns
-    that pid. If acode ends first, its output says why."""
-    wait_for(
-        "the napping step to start",
-        lambda: len(read_pids(pid_file)) >= count or running.proc.poll() is not None,
-        timeout=20,
-    )
-    if len(read_pids(pid_file)) < count:
-        ended = cli.finish(running, expect=None)
-        raise AssertionError(f"acode ended before its step started\n{ended.describe()}")
-    return read_pids(pid_file)[count - 1]
-
-
 def _pause_run(cli: Cli, *args: str) -> str:
     """`acode ARGS --json` stopped by SIGINT once its napping step runs; returns the id."""
     pids = cli.watch_pids("nap.pids")
     seen = len(read_pids(pids))
     running = cli.start(*args, "--json")
-    _step_started(cli, running, pids, seen + 1)
+    step_started(cli, running, pids, seen + 1)
     os.kill(running.pid, signal.SIGINT)
     records = cli.finish(running, expect=130).json_lines()
     return str(records[-1]["id"])
@@ -502,7 +488,7 @@ def test_idempotency(cli: Cli) -> None:
     )
     pids = cli.watch_pids("nap.pids")
     running = cli.start("run", "plan.yml")
-    _step_started(cli, running, pids)
+    step_started(cli, running, pids)
     os.kill(running.pid, signal.SIGKILL)  # a restart after a crash, not a pause
     cli.finish(running, expect=-signal.SIGKILL)
     session = _only_session(ws)

@@ -4,9 +4,14 @@ and the checkpoint key lives in the test's own config directory, never the user'
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.cli.conftest import Background
 
 
 @pytest.fixture(autouse=True)
@@ -32,3 +37,25 @@ def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
     return ws
+
+
+# The CLI and the sync tests drive the real `acode` command; these two fixtures serve
+# both (their helpers live in tests/cli/conftest.py).
+
+
+@pytest.fixture
+def cli_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from tests.cli.conftest import make_env
+
+    return make_env(tmp_path_factory.mktemp("cli-config"))
+
+
+@pytest.fixture
+def background() -> Iterator[Background]:
+    from tests.cli.conftest import Background
+
+    procs = Background()
+    try:
+        yield procs
+    finally:
+        procs.stop_all()

@@ -8,16 +8,10 @@ import zlib
 
 from acode.errors import StorageError
 
-__all__ = ["INSERT_BLOB", "compress", "get_blob", "has_blob", "prepare_blob"]
+__all__ = ["INSERT_BLOB", "compress", "get_blob"]
 
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)"
 _SELECT_BLOB = "SELECT size, data FROM blobs WHERE sha256 = ?"
-_HAS_BLOB = "SELECT 1 FROM blobs WHERE sha256 = ?"
-
-
-def prepare_blob(data: bytes) -> tuple[str, bytes]:
-    """The key and the bytes to hand to a Commit."""
-    return hashlib.sha256(data).hexdigest(), data
 
 
 def compress(data: bytes) -> bytes:
@@ -35,7 +29,3 @@ def get_blob(conn: sqlite3.Connection, sha256: str) -> bytes:
     if len(data) != row[0] or hashlib.sha256(data).hexdigest() != sha256:
         raise StorageError(f"the stored file image {sha256[:12]} is damaged")
     return data
-
-
-def has_blob(conn: sqlite3.Connection, sha256: str) -> bool:
-    return conn.execute(_HAS_BLOB, (sha256,)).fetchone() is not None

@@ -51,10 +51,6 @@ SELECT_EVENTS_AFTER = (
     " ORDER BY seq"
 )
 SELECT_EVENT = "SELECT seq, event_id, ts, type, payload, hash FROM events WHERE sid = ? AND seq = ?"
-SELECT_LAST_EVENT = (
-    "SELECT seq, event_id, ts, type, payload, hash FROM events WHERE sid = ?"
-    " ORDER BY seq DESC LIMIT 1"
-)
 SELECT_EVENTS_OF_TYPE = (
     "SELECT seq, event_id, ts, type, payload, hash FROM events WHERE sid = ? AND type = ?"
     " ORDER BY seq"
@@ -67,7 +63,6 @@ UPSERT_STEP = (
     " event_seq = excluded.event_seq"
 )
 _STEP_COLUMNS = "position, step_id, kind, status, attempt, task_id, input_hash, event_seq"
-SELECT_STEP_AT = f"SELECT {_STEP_COLUMNS} FROM steps WHERE sid = ? AND position = ?"
 SELECT_STEPS_WITH_EVENTS = (
     "SELECT s.position, s.step_id, s.kind, s.status, s.attempt, s.task_id, s.input_hash,"
     " s.event_seq, e.seq, e.event_id, e.ts, e.type, e.payload, e.hash"
@@ -80,7 +75,6 @@ SELECT_UNFINISHED_STEPS = (
 )
 HAS_MESSAGES = "SELECT 1 FROM messages WHERE sid = ? LIMIT 1"
 SELECT_STEPS = f"SELECT {_STEP_COLUMNS} FROM steps WHERE sid = ? ORDER BY position"
-COUNT_STEPS_BY_STATUS = "SELECT status, count(*) FROM steps WHERE sid = ? GROUP BY status"
 UPSERT_CHECKPOINT = (
     "INSERT OR REPLACE INTO checkpoints (sid, slot, id, seq, summary, head, signature, created_at)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -285,17 +279,9 @@ class SqliteStore:
             raise StorageError(f"session {session.short_id or session.id} has no event {seq}")
         return self._event(session.id, row)
 
-    def last_event(self, session: SessionRow) -> Event | None:
-        row = self.conn.execute(SELECT_LAST_EVENT, (session.sid,)).fetchone()
-        return self._event(session.id, row) if row else None
-
     def events_of_type(self, session: SessionRow, type_: EventType) -> list[Event]:
         rows = self.conn.execute(SELECT_EVENTS_OF_TYPE, (session.sid, type_.value)).fetchall()
         return [self._event(session.id, r) for r in rows]
-
-    def step_at(self, sid: int, position: int) -> StepRecord | None:
-        row = self.conn.execute(SELECT_STEP_AT, (sid, position)).fetchone()
-        return _step(row) if row else None
 
     def recorded_steps(
         self, session: SessionRow, start: int, stop: int
@@ -314,11 +300,6 @@ class SqliteStore:
 
     def steps(self, sid: int) -> list[StepRecord]:
         return [_step(r) for r in self.conn.execute(SELECT_STEPS, (sid,))]
-
-    def step_counts(self, sid: int) -> dict[str, int]:
-        return {
-            str(status): int(n) for status, n in self.conn.execute(COUNT_STEPS_BY_STATUS, (sid,))
-        }
 
     def checkpoints(self, sid: int) -> list[CheckpointRow]:
         """The kept checkpoints, newest first."""

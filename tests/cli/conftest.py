@@ -16,7 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -320,20 +320,6 @@ def session_count(workspace: Path) -> int:
         (count,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
     conn.close()
     return int(count)
-
-
-@pytest.fixture
-def cli_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    return make_env(tmp_path_factory.mktemp("cli-config"))
-
-
-@pytest.fixture
-def background() -> Iterator[Background]:
-    procs = Background()
-    try:
-        yield procs
-    finally:
-        procs.stop_all()
 
 
 @pytest.fixture

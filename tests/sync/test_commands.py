@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ import pytest
 import acode as library
 from acode.domain.config import AcodeConfig
 from acode.sync.remote import connect_remote
-from tests.cli.conftest import Background, Cli, make_env, plan_yaml, wait_for, wait_for_pid
+from tests.cli.conftest import Background, Cli, plan_yaml, wait_for, wait_for_pid
 from tests.sync.conftest import Mirror, assert_mirrored, local_events
 
 PLAN = plan_yaml(
@@ -33,20 +32,6 @@ PLAN = plan_yaml(
 def acode(workspace: Path, cli_env: dict[str, str], background: Background, mirror: Mirror) -> Cli:
     """acode in ``workspace``, its remote the test's database (through the proxy)."""
     return Cli(workspace, {**cli_env, "ACODE_SYNC_DSN": mirror.dsn}, background)
-
-
-@pytest.fixture
-def cli_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    return make_env(tmp_path_factory.mktemp("cli-config"))
-
-
-@pytest.fixture
-def background() -> Iterator[Background]:
-    procs = Background()
-    try:
-        yield procs
-    finally:
-        procs.stop_all()
 
 
 def _log(workspace: Path) -> list[dict[str, object]]:

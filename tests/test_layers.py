@@ -1,4 +1,4 @@
-"""Dependencies point downwards: cli -> resume -> runtime -> sync -> store -> domain.
+"""Dependencies point downwards: cli -> resume, agent -> runtime -> sync -> store -> domain.
 
 Checked from the source with `ast`, so a layering mistake fails the suite before it
 can grow into a cycle.
@@ -24,7 +24,9 @@ ALLOWED: dict[str, set[str]] = {
     "sync": {"store", "security"},
     "runtime": {"store", "security", "sync"},
     "resume": {"runtime", "store", "security", "sync"},
-    "cli": {"runtime", "store", "security", "resume", "sync"},
+    # The agent loop is a program over a session, like a library user's.
+    "agent": {"runtime", "store", "security", "sync"},
+    "cli": {"runtime", "store", "security", "resume", "sync", "agent"},
 }
 
 

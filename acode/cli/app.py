@@ -55,18 +55,84 @@ def _workspace(option: Path | None) -> Path:
 
 @app.command()
 def run(
-    plan_file: Annotated[Path, typer.Argument(help="The plan file (YAML) to run.")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="A plan file (PLAN.yaml) to run, or a task for the model in quotes: "
+            '"Add email validation to src/login.py".',
+            metavar="PLAN_OR_TASK",
+        ),
+    ],
     workspace: WorkspaceOption = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model name (replaces model.name).")
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option("--base-url", help="OpenAI-compatible API root (replaces model.base_url)."),
+    ] = None,
+    max_turns: Annotated[
+        int | None,
+        typer.Option("--max-turns", help="Model turns per task (replaces agent.max_turns)."),
+    ] = None,
+    approve_plan: Annotated[
+        bool, typer.Option("--approve-plan", help="Ask before executing the model's plan.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Run a plan as a new session. Ctrl+C pauses it; `acode resume` continues it."""
+    """Run a plan file, or a task with the model, as a new session. Ctrl+C pauses it;
+    `acode resume` continues it."""
+    ws = _workspace(workspace)
+    flags = {
+        "model.name": model,
+        "model.base_url": base_url,
+        "agent.max_turns": max_turns,
+        "agent.approve_plan": True if approve_plan else None,
+    }
+    overrides = {key: value for key, value in flags.items() if value is not None}
+    plan_file = _plan_file(target)
+    if plan_file is None:
+        from acode.cli.agent_command import AgentRequest, run_agent_command
+        from acode.runtime.lifecycle import open_workspace
+
+        request = AgentRequest(ws, target, overrides, as_json)
+        raise typer.Exit(run_agent_command(request, open_workspace(ws).config))
+    if overrides:
+        from acode.cli.agent_command import AGENT_FLAGS
+
+        raise UsageError(
+            f"{', '.join(AGENT_FLAGS[k] for k in overrides)}: only for a task, not a plan file",
+            hint="set the model of a plan's model steps in .agent/config.yml",
+        )
+    raise typer.Exit(_run_plan(plan_file, ws, as_json))
+
+
+def _plan_file(target: str) -> Path | None:
+    """The plan file ``target`` names, or None when it is a task for the model. A name
+    that looks like a plan file but does not exist is a mistake, not a task."""
+    if not target.strip():
+        raise UsageError(
+            "PLAN_OR_TASK is empty",
+            hint='give a plan file, or a task in quotes: acode run "Add tests for utils.py"',
+        )
+    path = Path(target)
+    if path.is_file():
+        return path
+    if not any(c.isspace() for c in target) and path.suffix.lower() in (".yaml", ".yml"):
+        raise UsageError(
+            f"plan file {target} not found",
+            hint="check the path; a task for the model is a sentence in quotes",
+        )
+    return None
+
+
+def _run_plan(plan_file: Path, ws: Path, as_json: bool) -> int:
     from acode.cli.driver import drive_plan, terminal_approver
     from acode.cli.progress import choose_observer
     from acode.runtime.interrupts import Interrupts
     from acode.runtime.lifecycle import open_session
     from acode.runtime.plan_loader import load_plan
 
-    ws = _workspace(workspace)
     plan = load_plan(plan_file)
     total = len(plan.steps())
     observer = choose_observer(as_json)
@@ -85,8 +151,7 @@ def run(
             f"Session {session.short_id} started: {plan.title} "
             f"({len(plan.tasks)} tasks, {total} steps)",
         )
-        code = drive_plan(session, plan, as_json=as_json)
-    raise typer.Exit(code)
+        return drive_plan(session, plan, as_json=as_json)
 
 
 def _announce(as_json: bool, record: dict[str, object], text: str) -> None:

@@ -1,9 +1,10 @@
-"""Running a plan session from the CLI, shared by `run` and `resume`: progress,
-interruption, approvals and the exit status."""
+"""Running a session from the CLI, shared by `run` and `resume` and by plan and agent
+sessions: progress, interruption, approvals and the exit status."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from acode.cli.console import count, emit_json, err_console, out_console
 from acode.cli.progress import RichObserver, quiet_screen
@@ -22,7 +23,7 @@ from acode.runtime.plan_runner import run_plan
 from acode.runtime.session import Session
 from acode.security.redaction import redact
 
-__all__ = ["drive_plan", "terminal_approver"]
+__all__ = ["drive", "drive_plan", "terminal_approver"]
 
 
 def terminal_approver(observer: Observer) -> Approver:
@@ -45,18 +46,24 @@ def terminal_approver(observer: Observer) -> Approver:
 
 def drive_plan(session: Session, plan: Plan, *, as_json: bool) -> int:
     """Run the plan to its end or to a stop; returns the exit status."""
+    return drive(session, lambda s: run_plan(s, plan), as_json=as_json)
+
+
+def drive(session: Session, body: Callable[[Session], SessionState], *, as_json: bool) -> int:
+    """Run ``body`` (which returns the final state) to its end or to a stop; returns the
+    exit status and closes the session."""
     try:
-        return _drive(session, plan, as_json)
+        return _drive(session, body, as_json)
     finally:
         session.close()
 
 
-def _drive(session: Session, plan: Plan, as_json: bool) -> int:
+def _drive(session: Session, body: Callable[[Session], SessionState], as_json: bool) -> int:
     short = session.short_id
     observer = session.observer
     try:
         try:
-            final = run_plan(session, plan)
+            final = body(session)
         finally:
             if isinstance(observer, RichObserver):
                 observer.stop()

@@ -36,11 +36,14 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
     with read_store(workspace) as store:
         if store is None:
             raise NothingToResumeError(
-                f"no sessions in {workspace}", hint="start one with `acode run PLAN.yaml`"
+                f"no sessions in {workspace}",
+                hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`',
             )
         detail = session_detail(store, workspace, session_id)
         sync = sync_status(store, detail.row, remote)
-    print_status(detail.row, detail.summary, detail.lock_holder, as_json, sync=sync)
+    print_status(
+        detail.row, detail.summary, detail.lock_holder, as_json, sync=sync, usage=detail.usage
+    )
 
 
 def session_list(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acode.cli.console import err_console, out_console
-from acode.cli.driver import drive_plan, terminal_approver
+from acode.cli.driver import drive, drive_plan, terminal_approver
 from acode.cli.progress import choose_observer
 from acode.cli.prompts import changed_files_prompt, strategy_prompt
 from acode.cli.views import environment_lines, print_preview
@@ -68,7 +68,7 @@ def _resume(
     shown: list[ResumePreview] = []
 
     def show(preview: ResumePreview) -> None:
-        if preview.plan is None:
+        if preview.plan is None and preview.agent is None:
             raise UsageError(
                 f"session {preview.row.short_id} was started by a program through the library",
                 hint=f"run that program again; it continues with "
@@ -96,9 +96,13 @@ def _resume(
             verify=req.verify,
             strategy_prompt=strategy_prompt(observer) if mode is not Mode.AUTOPILOT else None,
         )
-        plan = shown[0].plan
-        assert plan is not None
-        return drive_plan(session, plan, as_json=req.as_json)
+        preview = shown[0]
+        if preview.agent is not None:
+            from acode.cli.agent_command import agent_body
+
+            return drive(session, agent_body(preview.agent.task, req.as_json), as_json=req.as_json)
+        assert preview.plan is not None
+        return drive_plan(session, preview.plan, as_json=req.as_json)
 
 
 def _nobody(request: ApprovalRequest) -> bool | None:
@@ -112,7 +116,8 @@ def _pick(workspace: Path, mode: Mode, as_json: bool) -> str | None:
     if not found:
         raise NothingToResumeError(
             "no resumable session in this workspace",
-            hint="start one with `acode run PLAN.yaml`; `acode session list` shows all",
+            hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
+            "`acode session list` shows all",
         )
     if mode is Mode.AUTOPILOT or as_json:
         return found[0].row.id

@@ -9,6 +9,7 @@ from acode.cli.console import ago, count, emit_json, iso, out_console
 from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summary
 from acode.domain.events import Event
 from acode.domain.reducer import SessionSummary, StepRecord
+from acode.domain.usage import Usage
 from acode.security.redaction import redact, redact_json
 from acode.store.records import SessionRow
 
@@ -23,6 +24,7 @@ __all__ = [
     "print_session_list",
     "print_status",
     "session_json",
+    "usage_line",
 ]
 
 
@@ -77,6 +79,15 @@ def print_session_list(rows: list[SessionRow], as_json: bool) -> None:
     console.print(table)
 
 
+def usage_line(usage: Usage) -> str:
+    """ "12 calls, 48,210 tokens (45,002 in, 3,208 out), $0.1445"."""
+    text = (
+        f"{count(usage.calls, 'call')}, {usage.total_tokens:,} tokens "
+        f"({usage.prompt_tokens:,} in, {usage.completion_tokens:,} out)"
+    )
+    return text + (f", ${usage.cost_usd:.4f}" if usage.cost_usd is not None else "")
+
+
 def print_status(
     row: SessionRow,
     summary: SessionSummary,
@@ -84,12 +95,14 @@ def print_status(
     as_json: bool,
     *,
     sync: SyncStatus | None = None,
+    usage: Usage | None = None,
 ) -> None:
     """``sync`` None: no remote is configured."""
     if as_json:
         data = session_json(row, summary)
         data["lock"] = lock_holder
         data["sync"] = status_sync_json(sync)
+        data["usage"] = usage.to_dict() if usage is not None else None
         emit_json(data)
         return
     console = out_console()
@@ -111,6 +124,8 @@ def print_status(
             f"Waiting: approval of {summary.pending_approval} "
             f"(acode approve {row.short_id} [--deny])"
         )
+    if usage is not None and usage.calls:
+        lines.append(f"Model:   {usage_line(usage)}")
     lines.append(f"Updated: {ago(row.updated_at, _now_us())} ({iso(row.updated_at)})")
     lines.append(f"Lock:    {lock_holder or 'free'}")
     lines += status_sync_lines(sync, running=lock_holder is not None)
@@ -240,6 +255,15 @@ def environment_lines(preview: ResumePreview) -> list[str]:
     return lines
 
 
+def _agent_lines(preview: ResumePreview) -> list[str]:
+    if preview.agent is None:
+        return []
+    return [
+        f"  Task: {preview.agent.task}",
+        "  Conversation: rebuilt from the log; answered model calls are not sent again",
+    ]
+
+
 def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> None:
     if as_json:
         emit_json({**preview_json(preview), "event": "resume_preview" if dry_run else "resuming"})
@@ -260,6 +284,7 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
             lines.append(f"  In progress: {c.in_progress} ({c.in_progress_action})")
         sync = sync_summary(preview.sync) if preview.sync else "local only"
         lines.append(f"  Sync status: {sync}")
+        lines += _agent_lines(preview)
         lines += environment_lines(preview)
     else:
         lines = [
@@ -276,6 +301,7 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
                 lines.append(f"  Skipping: Task {c.resume_task_number}, {steps} (complete)")
             if c.in_progress:
                 lines.append(f"  In progress: {c.in_progress} -> {c.in_progress_action}")
+        lines += _agent_lines(preview)
         lines.append(f"  Starting from: {_where(preview)} ({count(remaining, 'step')} remaining)")
         if preview.environment is not None and not preview.environment.valid:
             lines += environment_lines(preview)

@@ -20,13 +20,17 @@ from acode.errors import ConfigError
 
 __all__ = [
     "AcodeConfig",
+    "AgentSettings",
     "ModelSettings",
+    "Price",
     "ResumeSettings",
     "RunSettings",
     "SyncSettings",
     "config_hash",
     "config_to_dict",
+    "override",
     "parse_config",
+    "with_overrides",
 ]
 
 
@@ -39,6 +43,25 @@ class ModelSettings:
     api_key_env: str | None = None
     timeout_seconds: float = 120.0
     seed: int | None = None
+    context_tokens: int = 8192
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """How `acode run "task"` drives the model."""
+
+    max_turns: int = 12
+    plan_attempts: int = 3
+    max_tasks: int = 12
+    approve_plan: bool = False
+
+
+@dataclass(frozen=True)
+class Price:
+    """US dollars per million tokens of one model."""
+
+    input: float
+    output: float
 
 
 @dataclass(frozen=True)
@@ -66,6 +89,9 @@ class AcodeConfig:
     resume: ResumeSettings = field(default_factory=ResumeSettings)
     run: RunSettings = field(default_factory=RunSettings)
     sync: SyncSettings = field(default_factory=SyncSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
+    # model name -> price; a model without an entry has no cost shown
+    pricing: Mapping[str, Price] = field(default_factory=dict)
     durability: Literal["full", "normal"] = "full"
 
 
@@ -186,6 +212,16 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
             "api_key_env": _env_var_name(),
             "timeout_seconds": _positive_number(),
             "seed": _optional_int(),
+            "context_tokens": _positive_int(),
+        },
+    ),
+    "agent": (
+        AgentSettings,
+        {
+            "max_turns": _positive_int(),
+            "plan_attempts": _positive_int(),
+            "max_tasks": _positive_int(),
+            "approve_plan": _boolean(),
         },
     ),
     "resume": (
@@ -251,6 +287,54 @@ def _parse_section(name: str, data: object, problems: list[str]) -> Any:
     return cls() if problems else cls(**values)
 
 
+_PRICE_KEYS = ("input", "output")
+
+
+def _parse_pricing(data: object, problems: list[str]) -> dict[str, Price]:
+    """``pricing: {model name: {input: USD per million, output: USD per million}}``."""
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        problems.append(f"pricing: expected a mapping of model names to prices, got {_show(data)}")
+        return {}
+    prices: dict[str, Price] = {}
+    rule = _Rule("a number of US dollars per million tokens, 0 or more", _non_negative)
+    for model, entry in data.items():
+        where = f"pricing.{model}"
+        if not isinstance(entry, Mapping):
+            problems.append(f"{where}: expected {{input: ..., output: ...}}, got {_show(entry)}")
+            continue
+        for key in entry:
+            if key not in _PRICE_KEYS:
+                problems.append(f"{where}.{key}: {_unknown_key(key, list(_PRICE_KEYS))}")
+        amounts = [_check(rule, entry.get(key), f"{where}.{key}", problems) for key in _PRICE_KEYS]
+        if all(isinstance(a, float) for a in amounts):
+            prices[str(model)] = Price(*amounts)  # type: ignore[arg-type]
+    return prices
+
+
+def _non_negative(value: object) -> object:
+    number = _as_number(value)
+    return number if number is not None and number >= 0 else _INVALID
+
+
+def override(cfg: AcodeConfig, section: str, key: str, value: object, source: str) -> AcodeConfig:
+    """``cfg`` with one setting replaced, checked by the same rule as the file; an error
+    names ``source`` (a flag or a variable) instead of the file."""
+    checked = parse_config({section: {key: value}}, source)
+    replacement = getattr(getattr(checked, section), key)
+    updated = dataclasses.replace(getattr(cfg, section), **{key: replacement})
+    return dataclasses.replace(cfg, **{section: updated})
+
+
+def with_overrides(cfg: AcodeConfig, overrides: Mapping[str, object], source: str) -> AcodeConfig:
+    """``cfg`` with ``{"section.key": value}`` applied, as recorded by an agent session."""
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        cfg = override(cfg, section, key, value, source)
+    return cfg
+
+
 def parse_config(data: object, source: str) -> AcodeConfig:
     """Validate the mapping read from ``source``; every problem is reported in one error."""
     if data is None:
@@ -262,11 +346,13 @@ def parse_config(data: object, source: str) -> AcodeConfig:
             "or delete it to use the defaults",
         )
     problems: list[str] = []
-    known = [*_SECTIONS, *_TOP_LEVEL_SCALARS]
+    known = [*_SECTIONS, "pricing", *_TOP_LEVEL_SCALARS]
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key in _SECTIONS:
             values[key] = _parse_section(key, value, problems)
+        elif key == "pricing":
+            values[key] = _parse_pricing(value, problems)
         elif key in _TOP_LEVEL_SCALARS:
             values[key] = _check(_TOP_LEVEL_SCALARS[key], value, key, problems)
         else:
@@ -283,7 +369,9 @@ def parse_config(data: object, source: str) -> AcodeConfig:
 
 def config_to_dict(cfg: AcodeConfig) -> dict[str, object]:
     """A JSON-able copy that ``parse_config`` turns back into an equal config."""
-    return dataclasses.asdict(cfg)
+    data = dataclasses.asdict(cfg)
+    data["pricing"] = {name: dataclasses.asdict(price) for name, price in cfg.pricing.items()}
+    return data
 
 
 def config_hash(cfg: AcodeConfig) -> str:

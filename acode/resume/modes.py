@@ -48,5 +48,5 @@ def candidates(store: SqliteStore, now_us: int) -> list[Candidate]:
     return [
         Candidate(row, judge_age(max(0, now_us - row.updated_at) // 1_000_000))
         for row in resumable_sessions(store)
-        if row.kind == "plan"
+        if row.kind in ("plan", "agent")  # the library's sessions resume in their program
     ]

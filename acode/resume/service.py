@@ -32,7 +32,15 @@ from acode.resume.environment import (
     check_model,
     config_changes,
 )
-from acode.runtime.catalog import find_session, recorded_config, recorded_plan, resumable_sessions
+from acode.runtime.catalog import (
+    AgentRecord,
+    current_config,
+    find_session,
+    recorded_agent,
+    recorded_config,
+    recorded_plan,
+    resumable_sessions,
+)
 from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.git import worktree_diff
 from acode.runtime.interrupts import Interrupts
@@ -69,6 +77,7 @@ class ResumePreview:
     continuation: ContinuationPlan | None
     environment: EnvironmentReport | None = None
     sync: SyncStatus | None = None  # None: no remote configured
+    agent: AgentRecord | None = None  # an agent session's task and flags
 
     def log_record(self) -> dict[str, object]:
         """The `session_resume` record of the specification."""
@@ -103,7 +112,8 @@ def select_for_resume(store: SqliteStore, id_or_prefix: str | None) -> SessionRo
         if not candidates:
             raise NothingToResumeError(
                 "no resumable session in this workspace",
-                hint="start one with `acode run PLAN.yaml`; `acode session list` shows all",
+                hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
+                "`acode session list` shows all",
             )
         return candidates[0]
     try:
@@ -150,6 +160,7 @@ def _preview(
         plan,
         continuation,
         sync=sync_status(store, row, config.sync.remote),
+        agent=recorded_agent(store, row),
     )
 
 
@@ -167,6 +178,8 @@ def _plan_statuses(
 
 def _needs_model(store: SqliteStore, preview: ResumePreview) -> bool:
     """Whether the rest of the session talks to the model."""
+    if preview.agent is not None:
+        return True
     plan, c = preview.plan, preview.continuation
     if plan is None or c is None:
         return store.has_messages(preview.row.sid)
@@ -209,7 +222,10 @@ def _environment(
         checked=tuple(checked),
         changed=tuple(changed),
         config=tuple(
-            config_changes(session_config(recorded_config(row)), session_config(ws.config))
+            config_changes(
+                session_config(recorded_config(row)),
+                session_config(current_config(store, row, ws.config)),
+            )
         ),
         model=model,
     )
@@ -368,7 +384,7 @@ def _resume(
             verify_history(store, row, signer)
         preview = _preview(store, row, journal, ws.config)
         # With --force the person chose the configuration as it is now.
-        config = ws.config if force else recorded
+        config = current_config(store, row, ws.config) if force else recorded
         if config.resume.validate_environment:
             preview = replace(preview, environment=_environment(store, ws, preview, config))
         _judge(

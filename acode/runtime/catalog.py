@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from acode.domain.config import AcodeConfig, parse_config
+from acode.domain.config import AcodeConfig, parse_config, with_overrides
 from acode.domain.events import EventType
 from acode.domain.plan import Plan
 from acode.domain.reducer import SessionSummary, payload_digest
@@ -22,7 +24,10 @@ from acode.store.sqlite_store import SqliteStore
 
 __all__ = [
     "PLAN_EVENT_SEQ",
+    "AgentRecord",
+    "current_config",
     "find_session",
+    "recorded_agent",
     "recorded_config",
     "recorded_plan",
     "resumable_sessions",
@@ -95,3 +100,35 @@ def recorded_plan(
 def recorded_config(row: SessionRow) -> AcodeConfig:
     """The configuration the session started with: resume restores it."""
     return parse_config(json.loads(row.config), f"recorded config of session {row.short_id}")
+
+
+@dataclass(frozen=True)
+class AgentRecord:
+    """What `acode run "task"` recorded when it started an agent session."""
+
+    task: str
+    overrides: Mapping[str, object]
+
+
+def recorded_agent(store: SqliteStore, row: SessionRow) -> AgentRecord | None:
+    """The task and flag overrides of an agent session; None for other kinds."""
+    if row.kind != "agent":
+        return None
+    created = store.event(row, 1).payload  # session_created, covered by the chain
+    overrides = created.get("overrides")
+    return AgentRecord(
+        str(created.get("task", row.title)), dict(overrides) if isinstance(overrides, dict) else {}
+    )
+
+
+def current_config(
+    store: SqliteStore, row: SessionRow, workspace_config: AcodeConfig
+) -> AcodeConfig:
+    """The configuration the session would run with now: the workspace's, with the
+    overrides its command line recorded applied again."""
+    agent = recorded_agent(store, row)
+    if agent is None or not agent.overrides:
+        return workspace_config
+    return with_overrides(
+        workspace_config, agent.overrides, f"recorded flags of session {row.short_id}"
+    )

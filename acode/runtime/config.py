@@ -13,13 +13,12 @@ Environment variables (an empty value counts as unset):
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from acode.domain.config import AcodeConfig, parse_config
+from acode.domain.config import AcodeConfig, override, parse_config
 from acode.errors import ConfigError
 
 __all__ = ["CONFIG_RELATIVE", "ENV_OVERRIDES", "load_config", "write_default_config"]
@@ -48,6 +47,16 @@ model:
   api_key_env: null                     # NAME of the variable holding the key, e.g. OPENAI_API_KEY
   timeout_seconds: 120
   seed: null                            # a whole number asks the server for repeatable sampling
+  context_tokens: 8192                  # context window; longer conversations are compacted
+
+agent:                                  # `acode run "task"`
+  max_turns: 12                         # model calls per task before the task fails
+  plan_attempts: 3                      # invalid plans are sent back this many times at most
+  max_tasks: 12                         # a plan with more tasks is refused
+  approve_plan: false                   # ask before executing the plan (also --approve-plan)
+
+pricing: {}                             # USD per million tokens, per model name, e.g.
+                                        #   gpt-4o: {input: 2.5, output: 10}
 
 resume:
   in_progress_strategy: rollback        # rollback | retry | prompt
@@ -162,12 +171,9 @@ def _apply_environment(cfg: AcodeConfig, environ: Mapping[str, str]) -> AcodeCon
         if not value:
             continue
         try:  # the same rules as the file, with an error that names the variable
-            checked = parse_config({section: {key: value}}, f"${variable}")
+            cfg = override(cfg, section, key, value, f"${variable}")
         except ConfigError as exc:
             raise ConfigError(
                 exc.message, hint=f"correct or unset the environment variable {variable}"
             ) from exc
-        replacement = getattr(getattr(checked, section), key)
-        updated = dataclasses.replace(getattr(cfg, section), **{key: replacement})
-        cfg = dataclasses.replace(cfg, **{section: updated})
     return cfg

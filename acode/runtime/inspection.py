@@ -7,8 +7,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from acode.domain.events import Event, replay_order
+from acode.domain.events import Event, EventType, replay_order
 from acode.domain.reducer import SessionSummary, StepRecord
+from acode.domain.usage import Usage, total_usage
 from acode.errors import CheckpointError, ErrorCode, NothingToResumeError
 from acode.runtime.catalog import find_session
 from acode.runtime.clock import SystemClock
@@ -22,6 +23,7 @@ from acode.store.sqlite_store import SqliteStore, open_store
 __all__ = [
     "SessionDetail",
     "lock_holder",
+    "model_usage",
     "read_store",
     "session_detail",
     "session_events",
@@ -49,6 +51,7 @@ class SessionDetail:
     summary: SessionSummary
     steps: list[StepRecord]
     lock_holder: str | None
+    usage: Usage
 
 
 def lock_holder(workspace: Path, session_id: str) -> str | None:
@@ -64,14 +67,30 @@ def session_detail(store: SqliteStore, workspace: Path, id_or_prefix: str | None
         rows = [r for r in store.sessions() if not r.archived]
         if not rows:
             raise NothingToResumeError(
-                "no sessions in this workspace", hint="start one with `acode run PLAN.yaml`"
+                "no sessions in this workspace",
+                hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`',
             )
         row = rows[0]
     else:
         row = find_session(store, id_or_prefix)
     journal = Journal.load(store, row, SystemClock(), load_signer())
     assert journal.summary is not None
-    return SessionDetail(row, journal.summary, store.steps(row.sid), lock_holder(workspace, row.id))
+    return SessionDetail(
+        row,
+        journal.summary,
+        store.steps(row.sid),
+        lock_holder(workspace, row.id),
+        model_usage(store, row),
+    )
+
+
+def model_usage(store: SqliteStore, row: SessionRow) -> Usage:
+    """Tokens and cost of the session's answered model calls, across all its runs."""
+    return total_usage(
+        event.payload["result"]
+        for event in store.events_of_type(row, EventType.STEP_COMPLETED)
+        if event.payload.get("kind") == "model" and isinstance(event.payload.get("result"), dict)
+    )
 
 
 def session_events(store: SqliteStore, id_or_prefix: str) -> list[Event]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -96,13 +97,19 @@ def open_session(
     config: AcodeConfig | None = None,
     *,
     plan: Plan | None = None,
+    agent_task: str | None = None,
+    overrides: Mapping[str, object] | None = None,
     parent_id: str | None = None,
     observer: Observer | None = None,
     approver: Approver | None = None,
     interrupts: Interrupts | None = None,
     clock: Clock | None = None,
 ) -> Session:
-    """Start a new session in ``workspace`` and hold its lock until it is closed."""
+    """Start a new session in ``workspace`` and hold its lock until it is closed.
+
+    ``agent_task`` makes it an agent session (`acode run "task"`), which records the
+    task and the ``overrides`` (``{"section.key": value}``, from command-line flags)
+    that were applied to ``config``, so that resume applies them again."""
     clock = clock or SystemClock()
     ws = open_workspace(workspace, config)
     signer = load_signer()
@@ -117,11 +124,11 @@ def open_session(
             session_id=session_id,
             title=title,
             workspace=str(ws.root),
-            kind="plan" if plan is not None else "library",
+            kind=_kind(plan, agent_task),
             config_json=canonical_json(config_to_dict(session_config(ws.config))),
             config_hash=config_hash(session_config(ws.config)),
             parent_id=parent_id,
-            entries=_first_events(title, ws, plan, parent_id),
+            entries=_first_events(title, ws, plan, parent_id, agent_task, overrides),
             clock=clock,
             signer=signer,
         )
@@ -139,8 +146,19 @@ def open_session(
     )
 
 
+def _kind(plan: Plan | None, agent_task: str | None) -> str:
+    if agent_task is not None:
+        return "agent"
+    return "plan" if plan is not None else "library"
+
+
 def _first_events(
-    title: str, ws: Workspace, plan: Plan | None, parent_id: str | None
+    title: str,
+    ws: Workspace,
+    plan: Plan | None,
+    parent_id: str | None,
+    agent_task: str | None,
+    overrides: Mapping[str, object] | None,
 ) -> list[tuple[EventType, dict[str, object]]]:
     created: dict[str, object] = {
         "title": title,
@@ -150,6 +168,9 @@ def _first_events(
     }
     if parent_id:
         created["parent_id"] = parent_id
+    if agent_task is not None:
+        created["task"] = agent_task
+        created["overrides"] = dict(overrides or {})
     entries: list[tuple[EventType, dict[str, object]]] = [(EventType.SESSION_CREATED, created)]
     if plan is not None:
         entries.append(

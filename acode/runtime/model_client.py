@@ -24,6 +24,7 @@ __all__ = [
     "chat",
     "list_models",
     "request_hash",
+    "send_chat",
 ]
 
 _BODY_EXCERPT = 300
@@ -81,8 +82,16 @@ def chat(
     api_key: str | None = None,
 ) -> ChatResponse:
     """Send one chat completion request; ``api_key`` overrides ``settings.api_key_env``."""
+    payload = build_chat_payload(settings, messages, tools, tool_choice)
+    return send_chat(settings, payload, api_key=api_key)
+
+
+def send_chat(
+    settings: ModelSettings, payload: Mapping[str, Any], *, api_key: str | None = None
+) -> ChatResponse:
+    """Send a request body built by ``build_chat_payload`` as it is."""
     url = _endpoint(settings, "chat/completions")
-    body = json.dumps(build_chat_payload(settings, messages, tools, tool_choice)).encode("utf-8")
+    body = json.dumps(payload).encode("utf-8")
     data = _request_json(url, settings, api_key, body, settings.timeout_seconds)
     return _parse_chat(url, data, settings.name)
 

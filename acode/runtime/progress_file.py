@@ -24,6 +24,7 @@ from acode.domain.reducer import SessionSummary, StepRecord, StepStatus
 from acode.domain.states import is_terminal
 from acode.runtime.catalog import recorded_config, recorded_plan
 from acode.runtime.files import atomic_write
+from acode.runtime.inspection import model_usage
 from acode.runtime.journal import Journal
 from acode.runtime.workspace import StatePaths
 from acode.security.redaction import redact, redact_json
@@ -99,6 +100,13 @@ def _metadata(
         f"- **Reason**: {_one_line(summary.reason) if summary.reason else 'none'}",
         f"- **Written**: {iso_time(now_us)}",
     ]
+    usage = model_usage(store, row)
+    if usage.calls:
+        cost = f"${usage.cost_usd:.4f}" if usage.cost_usd is not None else "no price configured"
+        lines.append(
+            f"- **Model Usage**: {usage.calls} calls, {usage.prompt_tokens} prompt + "
+            f"{usage.completion_tokens} completion tokens; cost {cost}"
+        )
     return "\n".join(lines)
 
 

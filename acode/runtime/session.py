@@ -12,7 +12,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -59,6 +59,7 @@ from acode.runtime.steps.base import (
     StepContext,
     StepEnv,
 )
+from acode.runtime.steps.chat_step import ChatStep
 from acode.runtime.steps.commit_step import CommitStep
 from acode.runtime.steps.file_steps import EditStep, ReadStep, WriteStep
 from acode.runtime.steps.model_step import ModelStep
@@ -254,6 +255,24 @@ class Session:
         action = ModelStep(prompt, tuple(self._conversation()))
         return str(self._perform(action, step_id, task, title or f"model {prompt}"))
 
+    def chat(
+        self,
+        step_id: str,
+        request: Mapping[str, Any],
+        request_hash: str,
+        *,
+        new_messages: Sequence[Mapping[str, Any]] = (),
+        task: str | None = None,
+        title: str | None = None,
+    ) -> dict[str, Any]:
+        """Send ``request`` (a body from ``model_client.build_chat_payload``) once and
+        return the recorded answer: content, tool_calls, finish_reason, usage, model,
+        request_hash and, when the model has a price, cost_usd. ``new_messages`` are added
+        to the session's transcript with the answer."""
+        action = ChatStep(request, request_hash, tuple(new_messages))
+        result: dict[str, Any] = self._perform(action, step_id, task, title or step_id)
+        return result
+
     def approve(
         self,
         step_id: str,
@@ -356,7 +375,8 @@ class Session:
         if record.status is StepStatus.FAILED:
             error = self._outcome_event(record)
             raise StepFailedError(
-                f"step {record.step_id!r} failed in an earlier run: {error.payload.get('error')}"
+                str(error.payload.get("error")),
+                hint=f"step {record.step_id!r} failed in an earlier run of this session",
             )
         started = self._started_record(record)
         if env.strategy == "prompt":

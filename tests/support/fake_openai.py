@@ -21,6 +21,14 @@ A scripted reply is one of:
   - a fault: ``{"status": 500, "body": "..."}`` or ``{"malformed": True}``;
   - ``{"delay": seconds, ...}``: wait, then answer with the rest (or the default answer).
 When the script is empty, the reply is ``"echo: <first 60 chars of the last user message>"``.
+
+A conversation that a killed client sends again must get the same answers, whatever was
+sent before: ``fake.converse(rules)`` (or ``--script FILE`` holding ``{"rules": [...]}``)
+answers by the request itself. A rule ``{"match": text, "tool": name, "replies": [...]}``
+applies when ``text`` is in the request's system and user messages and (if given) a tool
+of that name is offered; its reply is ``replies[n]``, n being the number of assistant
+messages in the request (past the end: the default answer). The first rule that applies
+wins; a queued ``script`` reply goes first.
 """
 
 from __future__ import annotations
@@ -112,6 +120,7 @@ class FakeOpenAI:
         self._lock = threading.Lock()
         self._requests: list[dict[str, Any]] = []
         self._script: deque[Reply] = deque()
+        self._rules: list[dict[str, Any]] = []
         self._closing = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -179,6 +188,17 @@ class FakeOpenAI:
         with self._lock:
             self._script.extend(replies)
 
+    def converse(self, rules: Iterable[dict[str, Any]]) -> None:
+        """Answer by the conversation (see the module's docstring)."""
+        checked = list(rules)
+        for rule in checked:
+            if not set(rule) <= {"match", "tool", "replies"} or "replies" not in rule:
+                raise ValueError(f"not a rule: {rule!r}")
+            for reply in rule["replies"]:
+                _check_reply(reply)
+        with self._lock:
+            self._rules = checked
+
     # -- used by the handler -----------------------------------------------------------
 
     def _record(self, entry: dict[str, Any]) -> None:
@@ -190,10 +210,33 @@ class FakeOpenAI:
                 with self.log_path.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(entry, sort_keys=True) + "\n")
 
-    def _next_reply(self) -> tuple[Reply | None, int]:
+    def _next_reply(self, body: dict[str, Any]) -> tuple[Reply | None, int]:
         with self._lock:
             self._completions += 1
-            return (self._script.popleft() if self._script else None), self._completions
+            if self._script:
+                return self._script.popleft(), self._completions
+            return _by_rules(self._rules, body), self._completions
+
+
+def _by_rules(rules: Sequence[dict[str, Any]], body: dict[str, Any]) -> Reply | None:
+    messages = [m for m in body["messages"] if isinstance(m, dict)]
+    said = " ".join(
+        _text_of(m.get("content")) for m in messages if m.get("role") in ("system", "user")
+    )
+    offered = {
+        tool.get("function", {}).get("name")
+        for tool in body.get("tools") or []
+        if isinstance(tool, dict)
+    }
+    turn = sum(1 for m in messages if m.get("role") == "assistant")
+    for rule in rules:
+        if rule.get("match", "") not in said:
+            continue
+        if rule.get("tool") is not None and rule["tool"] not in offered:
+            continue
+        replies: list[Reply] = rule["replies"]
+        return replies[turn] if turn < len(replies) else None
+    return None
 
 
 class _Server(ThreadingHTTPServer):
@@ -241,7 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             self._send_error(400, "a chat completion needs a 'messages' list")
         else:
-            reply, number = self.server.fake._next_reply()
+            reply, number = self.server.fake._next_reply(body)
             self._answer(body, reply, number)
 
     def _record(self, body: object) -> None:
@@ -328,7 +371,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     models = [m for m in args.models.split(",") if m]
     with FakeOpenAI(models=models, log_path=args.log, port=args.port) as fake:
         if args.script is not None:
-            fake.script(json.loads(args.script.read_text(encoding="utf-8")))
+            script = json.loads(args.script.read_text(encoding="utf-8"))
+            if isinstance(script, dict):
+                fake.converse(script["rules"])
+            else:
+                fake.script(script)
         print(f"PORT {fake.port}", flush=True)
         while not stop.wait(0.2):
             pass

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acode.domain.plan import StepKind
+from acode.domain.usage import call_cost
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 
 __all__ = ["ModelStep"]
@@ -37,13 +38,16 @@ class ModelStep:
         settings = env.config.model
         response = chat(settings, messages)
         answer = {"role": "assistant", "content": response.content}
-        result = {
+        result: dict[str, Any] = {
             "content": response.content,
             "model": response.model,
             "finish_reason": response.finish_reason,
             "usage": response.usage,
             "request_hash": request_hash(build_chat_payload(settings, messages)),
         }
+        cost = call_cost(env.config.pricing, (settings.name, response.model), response.usage)
+        if cost is not None:
+            result["cost_usd"] = cost
         return Outcome(result, messages=(("user", question), ("assistant", answer)))
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:

@@ -116,14 +116,11 @@ def _plan_file(target: str) -> Path | None:
             hint='give a plan file, or a task in quotes: acode run "Add tests for utils.py"',
         )
     path = Path(target)
-    if path.is_file():
-        return path
-    if not any(c.isspace() for c in target) and path.suffix.lower() in (".yaml", ".yml"):
-        raise UsageError(
-            f"plan file {target} not found",
-            hint="check the path; a task for the model is a sentence in quotes",
-        )
-    return None
+    looks_like_a_plan = path.suffix.lower() in (".yaml", ".yml") and not any(
+        c.isspace() for c in target
+    )
+    # A missing file named like a plan is a mistake (load_plan says so), never a task.
+    return path if path.is_file() or looks_like_a_plan else None
 
 
 def _run_plan(plan_file: Path, ws: Path, as_json: bool) -> int:

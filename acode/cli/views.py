@@ -270,7 +270,10 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
         return
     s, c = preview.summary, preview.continuation
     short = preview.row.short_id
-    remaining = f"{s.total_steps - s.steps_completed}" if s.total_steps is not None else "?"
+    # An agent's steps become known as the model works: there is no count to show.
+    remaining = (
+        f"{count(s.total_steps - s.steps_completed, 'step')}" if s.total_steps is not None else None
+    )
     lines: list[str]
     if dry_run:
         lines = [
@@ -278,7 +281,7 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
             f"  Current state: {s.state.value}",
             f"  Last checkpoint: {preview.checkpoint_id} (event {s.seq})",
             f"  Skipping: {count(s.steps_completed, 'step')} (complete)",
-            f"  Remaining: {count(remaining, 'step')}, from {_where(preview)}",
+            f"  Remaining: {remaining + ', ' if remaining else ''}from {_where(preview)}",
         ]
         if c is not None and c.in_progress:
             lines.append(f"  In progress: {c.in_progress} ({c.in_progress_action})")
@@ -302,7 +305,8 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
             if c.in_progress:
                 lines.append(f"  In progress: {c.in_progress} -> {c.in_progress_action}")
         lines += _agent_lines(preview)
-        lines.append(f"  Starting from: {_where(preview)} ({count(remaining, 'step')} remaining)")
+        left = f" ({remaining} remaining)" if remaining else ""
+        lines.append(f"  Starting from: {_where(preview)}{left}")
         if preview.environment is not None and not preview.environment.valid:
             lines += environment_lines(preview)
     console = out_console()

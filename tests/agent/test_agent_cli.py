@@ -81,7 +81,7 @@ def test_a_missing_model_or_server_is_refused_before_anything_runs(
 
 def test_bad_arguments_name_what_to_fix(agent_cli: Cli, fake: FakeOpenAI) -> None:
     _configure(agent_cli, fake)
-    assert "plan file plan.yaml not found" in agent_cli("run", "plan.yaml", expect=2).flat_err
+    assert "plan file not found: plan.yaml" in agent_cli("run", "plan.yaml", expect=2).flat_err
     assert "PLAN_OR_TASK is empty" in agent_cli("run", "  ", expect=2).flat_err
     agent_cli.write("p.yaml", "title: t\ntasks: []\n")
     flags = agent_cli("run", "p.yaml", "--model", "x", expect=2).flat_err

@@ -81,6 +81,10 @@ class ErrorCode(StrEnum):
     MODEL = "ACODE-MODEL-001"
     STORAGE = "ACODE-DB-001"
     SCHEMA_TOO_NEW = "ACODE-DB-002"
+    WORK_COOKIE = "ACODE-WORK-001"
+    WORK_CONTRACT = "ACODE-WORK-002"
+    WORK_NOT_FOUND = "ACODE-WORK-003"
+    WORK_CLOSED = "ACODE-WORK-004"
 
 
 class AcodeError(Exception):
@@ -165,6 +169,18 @@ class StorageError(AcodeError):
 
 class SchemaTooNewError(StorageError):
     code = ErrorCode.SCHEMA_TOO_NEW
+
+
+class WorkNotFoundError(AcodeError):
+    """No task or work session with that id."""
+
+    code = ErrorCode.WORK_NOT_FOUND
+
+
+class CookieError(UsageError):
+    """A call that writes to a work session presented no cookie, or the wrong one."""
+
+    code = ErrorCode.WORK_COOKIE
 
 
 class PauseRequested(BaseException):

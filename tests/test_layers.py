@@ -26,7 +26,9 @@ ALLOWED: dict[str, set[str]] = {
     "resume": {"runtime", "store", "security", "sync"},
     # The agent loop is a program over a session, like a library user's.
     "agent": {"runtime", "store", "security", "sync"},
-    "cli": {"runtime", "store", "security", "resume", "sync", "agent"},
+    # Work sessions drive engines (acode's own agent among them) over ledger sessions.
+    "work": {"runtime", "store", "security", "sync", "agent"},
+    "cli": {"runtime", "store", "security", "resume", "sync", "agent", "work"},
 }
 
 

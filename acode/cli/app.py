@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from acode.resume.modes import Mode
     from acode.resume.service import ChangedFilesAction
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "workspace_dir"]
 
 app = typer.Typer(
     name="acode",
@@ -26,6 +26,18 @@ app = typer.Typer(
 )
 session_app = typer.Typer(help="List, inspect and manage sessions.", no_args_is_help=True)
 app.add_typer(session_app, name="session")
+
+
+def _add_work_commands() -> None:
+    from acode.cli.work_app import settings_app, task_app, work_app, wsession_app
+
+    app.add_typer(task_app, name="task")
+    app.add_typer(work_app, name="work")
+    app.add_typer(wsession_app, name="wsession")
+    app.add_typer(settings_app, name="settings")
+
+
+_add_work_commands()
 
 WorkspaceOption = Annotated[
     Path | None,
@@ -40,7 +52,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable
 SessionArgument = Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")]
 
 
-def _workspace(option: Path | None) -> Path:
+def workspace_dir(option: Path | None) -> Path:
     from acode.runtime.workspace import find_workspace
 
     if option is None:
@@ -82,7 +94,7 @@ def run(
 ) -> None:
     """Run a plan file, or a task with the model, as a new session. Ctrl+C pauses it;
     `acode resume` continues it."""
-    ws = _workspace(workspace)
+    ws = workspace_dir(workspace)
     flags = {
         "model.name": model,
         "model.base_url": base_url,
@@ -218,7 +230,7 @@ def resume(
     from acode.cli.resume_command import ResumeRequest, run_resume
 
     request = ResumeRequest(
-        workspace=_workspace(workspace),
+        workspace=workspace_dir(workspace),
         session_id=session_id,
         dry_run=dry_run,
         strategy=_strategy(strategy),
@@ -272,7 +284,7 @@ def status(
     """Show a session's state, progress, lock and sync status."""
     from acode.cli import inspect
 
-    inspect.status(_workspace(workspace), session_id, as_json)
+    inspect.status(workspace_dir(workspace), session_id, as_json)
 
 
 @app.command()
@@ -293,7 +305,7 @@ def sync(
     """Push every session's pending events to the remote now; exit 1 while some wait."""
     from acode.cli.sync_command import run_sync
 
-    code = run_sync(_workspace(workspace), wait=wait, timeout=timeout, as_json=as_json)
+    code = run_sync(workspace_dir(workspace), wait=wait, timeout=timeout, as_json=as_json)
     raise typer.Exit(code)
 
 
@@ -317,7 +329,7 @@ def session_list(
     """List sessions, most recent first."""
     from acode.cli import inspect
 
-    inspect.session_list(_workspace(workspace), resumable, show_all, as_json, remote=remote)
+    inspect.session_list(workspace_dir(workspace), resumable, show_all, as_json, remote=remote)
 
 
 @session_app.command("show")
@@ -327,7 +339,7 @@ def session_show(
     """Show one session with its steps."""
     from acode.cli import inspect
 
-    inspect.session_show(_workspace(workspace), session_id, as_json)
+    inspect.session_show(workspace_dir(workspace), session_id, as_json)
 
 
 @session_app.command("history")
@@ -337,7 +349,7 @@ def session_history(
     """Show a session's events in replay order (timestamp, then event id)."""
     from acode.cli import inspect
 
-    inspect.session_history(_workspace(workspace), session_id, as_json)
+    inspect.session_history(workspace_dir(workspace), session_id, as_json)
 
 
 @session_app.command("unlock")
@@ -352,7 +364,7 @@ def session_unlock(
     """Remove a session's lock file when its holder is gone (or with --force)."""
     from acode.cli import inspect
 
-    inspect.session_unlock(_workspace(workspace), session_id, force)
+    inspect.session_unlock(workspace_dir(workspace), session_id, force)
 
 
 @session_app.command("export")
@@ -369,7 +381,7 @@ def session_export(
     """Export a session, redacted: the progress file (md) or the complete history (json)."""
     from acode.cli import inspect
 
-    inspect.session_export(_workspace(workspace), session_id, fmt, output)
+    inspect.session_export(workspace_dir(workspace), session_id, fmt, output)
 
 
 @session_app.command("discard")
@@ -379,7 +391,7 @@ def session_discard(
     """Give up on a resumable session: it leaves the resumable list, its history stays."""
     from acode.cli import inspect
 
-    inspect.session_discard(_workspace(workspace), session_id, as_json)
+    inspect.session_discard(workspace_dir(workspace), session_id, as_json)
 
 
 @app.command()
@@ -396,7 +408,7 @@ def approve(
     from acode.cli.console import emit_json, out_console
     from acode.runtime.decide import decide_approval
 
-    decision = decide_approval(session_id, _workspace(workspace), step=step, approved=not deny)
+    decision = decide_approval(session_id, workspace_dir(workspace), step=step, approved=not deny)
     short = decision.short_id
     if as_json:
         emit_json(

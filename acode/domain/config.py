@@ -19,8 +19,11 @@ from typing import Any, Final, Literal
 from acode.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_ENGINES",
+    "ENGINE_NAMES",
     "AcodeConfig",
     "AgentSettings",
+    "EngineConfig",
     "ModelSettings",
     "Price",
     "ResumeSettings",
@@ -54,6 +57,23 @@ class AgentSettings:
     plan_attempts: int = 3
     max_tasks: int = 12
     approve_plan: bool = False
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to start one AI engine CLI of a work session (``engines.<name>``)."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    timeout_seconds: float = 1800.0
+
+
+ENGINE_NAMES: Final = ("claude", "codex", "aider", "command", "agent")
+DEFAULT_ENGINES: Final[Mapping[str, EngineConfig]] = {
+    "claude": EngineConfig("claude"),
+    "codex": EngineConfig("codex"),
+    "aider": EngineConfig("aider"),
+}
 
 
 @dataclass(frozen=True)
@@ -92,7 +112,11 @@ class AcodeConfig:
     agent: AgentSettings = field(default_factory=AgentSettings)
     # model name -> price; a model without an entry has no cost shown
     pricing: Mapping[str, Price] = field(default_factory=dict)
+    # engine name -> how to run it; the defaults find each CLI on PATH
+    engines: Mapping[str, EngineConfig] = field(default_factory=lambda: dict(DEFAULT_ENGINES))
     durability: Literal["full", "normal"] = "full"
+    ai_stacking_mode: Literal["managed", "handsoff"] = "managed"
+    work_engine: str = "agent"
 
 
 # Returned by a rule's parser for a value it refuses (None is a valid value of some keys).
@@ -239,7 +263,11 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
     ),
     "sync": (SyncSettings, {"remote": _optional_text()}),
 }
-_TOP_LEVEL_SCALARS: dict[str, _Rule] = {"durability": _one_of("full", "normal")}
+_TOP_LEVEL_SCALARS: dict[str, _Rule] = {
+    "durability": _one_of("full", "normal"),
+    "ai_stacking_mode": _one_of("managed", "handsoff"),
+    "work_engine": _one_of(*ENGINE_NAMES),
+}
 
 
 def _show(value: object) -> str:
@@ -313,6 +341,47 @@ def _parse_pricing(data: object, problems: list[str]) -> dict[str, Price]:
     return prices
 
 
+_ENGINE_KEYS = ("command", "args", "timeout_seconds")
+
+
+def _parse_engines(data: object, problems: list[str]) -> dict[str, EngineConfig]:
+    """``engines: {claude: {command: claude, args: [...], timeout_seconds: 1800}, ...}``;
+    an engine not named keeps its default."""
+    engines = dict(DEFAULT_ENGINES)
+    if data is None:
+        return engines
+    if not isinstance(data, Mapping):
+        problems.append(f"engines: expected a mapping of engine names, got {_show(data)}")
+        return engines
+    for name, entry in data.items():
+        where = f"engines.{name}"
+        if name not in ENGINE_NAMES or name == "agent":
+            problems.append(
+                f"{where}: {_unknown_key(name, [n for n in ENGINE_NAMES if n != 'agent'])}"
+            )
+            continue
+        if not isinstance(entry, Mapping):
+            problems.append(f"{where}: expected {{command: ..., args: [...]}}, got {_show(entry)}")
+            continue
+        for key in entry:
+            if key not in _ENGINE_KEYS:
+                problems.append(f"{where}.{key}: {_unknown_key(key, list(_ENGINE_KEYS))}")
+        command = _check(_text(), entry.get("command"), f"{where}.command", problems)
+        args = entry.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            problems.append(f"{where}.args: expected a list of strings, got {_show(args)}")
+            args = []
+        timeout = _check(
+            _positive_number(),
+            entry.get("timeout_seconds", 1800.0),
+            f"{where}.timeout_seconds",
+            problems,
+        )
+        if isinstance(command, str) and isinstance(timeout, float):
+            engines[str(name)] = EngineConfig(command, tuple(args), timeout)
+    return engines
+
+
 def _non_negative(value: object) -> object:
     number = _as_number(value)
     return number if number is not None and number >= 0 else _INVALID
@@ -346,13 +415,15 @@ def parse_config(data: object, source: str) -> AcodeConfig:
             "or delete it to use the defaults",
         )
     problems: list[str] = []
-    known = [*_SECTIONS, "pricing", *_TOP_LEVEL_SCALARS]
+    known = [*_SECTIONS, "pricing", "engines", *_TOP_LEVEL_SCALARS]
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key in _SECTIONS:
             values[key] = _parse_section(key, value, problems)
         elif key == "pricing":
             values[key] = _parse_pricing(value, problems)
+        elif key == "engines":
+            values[key] = _parse_engines(value, problems)
         elif key in _TOP_LEVEL_SCALARS:
             values[key] = _check(_TOP_LEVEL_SCALARS[key], value, key, problems)
         else:
@@ -371,6 +442,10 @@ def config_to_dict(cfg: AcodeConfig) -> dict[str, object]:
     """A JSON-able copy that ``parse_config`` turns back into an equal config."""
     data = dataclasses.asdict(cfg)
     data["pricing"] = {name: dataclasses.asdict(price) for name, price in cfg.pricing.items()}
+    data["engines"] = {
+        name: {**dataclasses.asdict(engine), "args": list(engine.args)}
+        for name, engine in cfg.engines.items()
+    }
     return data
 
 

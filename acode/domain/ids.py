@@ -22,6 +22,9 @@ _RAND_BITS = 74  # 12 bits rand_a + 62 bits rand_b
 _RAND_MASK = (1 << _RAND_BITS) - 1
 
 
+_MAX_MS = (1 << 48) - 1
+
+
 def _pack(unix_ms: int, rand: int) -> str:
     rand_a = (rand >> 62) & 0xFFF
     rand_b = rand & ((1 << 62) - 1)
@@ -100,5 +103,8 @@ def next_event_stamp(previous: EventStamp | None, now_us: int, rand: bytes) -> E
     if ms > prev_ms:
         return EventStamp(ts, uuid7(ms, rand))
     if prev_rand == _RAND_MASK:  # carry into the timestamp, as RFC 9562 does
+        if prev_ms == _MAX_MS:
+            # 48 bits of milliseconds end in the year 10889: there is no larger id.
+            raise ValueError("no UUIDv7 is left after the last representable millisecond")
         return EventStamp(ts, _pack(prev_ms + 1, 0))
     return EventStamp(ts, _pack(prev_ms, prev_rand + 1))

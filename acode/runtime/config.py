@@ -21,7 +21,14 @@ from typing import Any
 from acode.domain.config import AcodeConfig, override, parse_config
 from acode.errors import ConfigError
 
-__all__ = ["CONFIG_RELATIVE", "ENV_OVERRIDES", "load_config", "write_default_config"]
+__all__ = [
+    "CONFIG_RELATIVE",
+    "ENV_OVERRIDES",
+    "SETTABLE",
+    "load_config",
+    "set_setting",
+    "write_default_config",
+]
 
 CONFIG_RELATIVE = Path(".agent/config.yml")
 
@@ -57,6 +64,15 @@ agent:                                  # `acode run "task"`
 
 pricing: {}                             # USD per million tokens, per model name, e.g.
                                         #   gpt-4o: {input: 2.5, output: 10}
+
+engines:                                # AI engine CLIs of `acode work` (docs/work-sessions.md)
+  claude: {command: claude, args: [], timeout_seconds: 1800}
+  codex: {command: codex, args: [], timeout_seconds: 1800}
+  aider: {command: aider, args: [], timeout_seconds: 1800}
+
+ai_stacking_mode: managed               # managed: acode starts and resumes the engines
+                                        # handsoff: acode records, you run the engine
+work_engine: agent                      # engine of `acode work task` without --engine
 
 resume:
   in_progress_strategy: rollback        # rollback | retry | prompt
@@ -177,3 +193,37 @@ def _apply_environment(cfg: AcodeConfig, environ: Mapping[str, str]) -> AcodeCon
                 exc.message, hint=f"correct or unset the environment variable {variable}"
             ) from exc
     return cfg
+
+
+# Settings `acode settings` may change: top-level scalars, one line each in the file.
+SETTABLE: Mapping[str, str] = {
+    "ai_stacking_mode": "managed: acode starts and resumes engines | handsoff: you run them",
+    "work_engine": "engine of `acode work task` without --engine",
+    "durability": "full: fsync every commit | normal: faster, may lose the last steps",
+}
+
+
+def set_setting(workspace: Path, key: str, value: str) -> AcodeConfig:
+    """Write ``key: value`` into the workspace's config file (keeping every other line and
+    comment), after checking that the whole file is still valid."""
+    import re
+
+    if key not in SETTABLE:
+        raise ConfigError(
+            f"{key}: not a setting `acode settings` changes; it changes {', '.join(SETTABLE)}",
+            hint="edit .agent/config.yml for the others (docs/configuration.md)",
+        )
+    path = workspace / CONFIG_RELATIVE
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    line = f"{key}: {value}"
+    pattern = re.compile(rf"^{re.escape(key)}:[^\n]*$", re.MULTILINE)
+    if pattern.search(text):
+        updated = pattern.sub(line, text, count=1)
+    else:
+        updated = text + ("" if text.endswith("\n") or not text else "\n") + line + "\n"
+    config = parse_config(_load_yaml(updated, str(path)), f"{path} (with {line})")
+    from acode.runtime.files import atomic_write
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, updated.encode("utf-8"))
+    return config

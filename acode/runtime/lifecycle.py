@@ -99,6 +99,7 @@ def open_session(
     plan: Plan | None = None,
     agent_task: str | None = None,
     overrides: Mapping[str, object] | None = None,
+    ledger: str | None = None,
     parent_id: str | None = None,
     observer: Observer | None = None,
     approver: Approver | None = None,
@@ -109,7 +110,9 @@ def open_session(
 
     ``agent_task`` makes it an agent session (`acode run "task"`), which records the
     task and the ``overrides`` (``{"section.key": value}``, from command-line flags)
-    that were applied to ``config``, so that resume applies them again."""
+    that were applied to ``config``, so that resume applies them again. ``ledger``
+    ("work" or "tasks") makes it a session that later commands append to
+    (``acode.work.ledger``)."""
     clock = clock or SystemClock()
     ws = open_workspace(workspace, config)
     signer = load_signer()
@@ -124,7 +127,7 @@ def open_session(
             session_id=session_id,
             title=title,
             workspace=str(ws.root),
-            kind=_kind(plan, agent_task),
+            kind=ledger or _kind(plan, agent_task),
             config_json=canonical_json(config_to_dict(session_config(ws.config))),
             config_hash=config_hash(session_config(ws.config)),
             parent_id=parent_id,

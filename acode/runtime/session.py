@@ -177,6 +177,22 @@ class Session:
     def journal(self) -> Journal:
         return self._journal
 
+    def skip_to_end(self) -> None:
+        """Treat the session as an open-ended ledger (a work session, a task list): the
+        next calls take positions after every recorded step instead of replaying them.
+        Only for sessions whose steps all finished: a ledger's steps have no durable start,
+        so an interrupted one left nothing to settle."""
+        records = self._journal.store.steps(self._journal.row.sid)
+        unfinished = [r.step_id for r in records if r.status is StepStatus.IN_PROGRESS]
+        if unfinished:
+            raise UsageError(
+                f"session {self.short_id} has unfinished steps ({', '.join(unfinished)}); "
+                "it cannot be appended to",
+                hint=f"resume it first: acode resume {self.short_id}",
+            )
+        self._position = self._recorded_until
+        self._seen_ids = {r.step_id for r in records}
+
     # -- step kinds ------------------------------------------------------------------
 
     def step(

@@ -60,9 +60,13 @@ def helps(tmp_path_factory: pytest.TempPathFactory) -> Helps:
     first = dict(zip(names, acode.many([[n, "--help"] for n in names]), strict=True))
     groups = {name: result for name, result in first.items() if _commands(result)}
     commands = {name: result for name, result in first.items() if name not in groups}
-    nested = [f"{g} {sub}" for g, result in groups.items() for sub in _commands(result)]
-    results = acode.many([[*path.split(), "--help"] for path in nested])
-    commands.update(zip(nested, results, strict=True))
+    pending = dict(groups)
+    while pending:  # groups hold commands and groups (`wsession breadcrumb add`)
+        nested = [f"{g} {sub}" for g, result in pending.items() for sub in _commands(result)]
+        results = dict(zip(nested, acode.many([[*p.split(), "--help"] for p in nested]), strict=True))
+        pending = {path: result for path, result in results.items() if _commands(result)}
+        groups.update(pending)
+        commands.update({path: r for path, r in results.items() if path not in pending})
     return Helps(top, groups, commands)
 
 
@@ -79,7 +83,14 @@ def _description(result: Result) -> str:
 
 
 def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
-    assert sorted(helps.groups) == ["session"]
+    assert sorted(helps.groups) == [
+        "session",
+        "settings",
+        "task",
+        "work",
+        "wsession",
+        "wsession breadcrumb",
+    ]
     assert sorted(helps.commands) == [
         "approve",
         "resume",
@@ -90,8 +101,23 @@ def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
         "session list",
         "session show",
         "session unlock",
+        "settings get",
+        "settings list",
+        "settings set",
         "status",
         "sync",
+        "task add",
+        "task done",
+        "task list",
+        "task show",
+        "work close",
+        "work list",
+        "work resume",
+        "work show",
+        "work spawn",
+        "work task",
+        "wsession breadcrumb add",
+        "wsession breadcrumb list",
     ]
     assert "Crash-proof AI coding-agent sessions" in _description(helps.top)
 

@@ -1,0 +1,111 @@
+"""Running an engine's turn for a work session: which adapter, which directory, and the
+environment that lets the engine call back into acode with its cookie."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from acode.domain.config import EngineConfig
+from acode.domain.work import WorkSession
+from acode.errors import UsageError
+from acode.runtime.lifecycle import Workspace
+from acode.work.engine_output import EngineTurn
+from acode.work.engines import EngineSettings, resume_turn, start_turn
+from acode.work.sessions import COOKIE_ENV, TurnRunner
+
+__all__ = ["ACODE_COMMAND", "turn_runner"]
+
+# How an engine calls acode back (breadcrumbs): this interpreter, so the same acode.
+ACODE_COMMAND = (sys.executable, "-m", "acode")
+_AGENT_TIMEOUT_SECONDS = 3600.0
+
+
+def turn_runner(ws: Workspace) -> TurnRunner:
+    def run(engine: str, prompt: str, resume: str | None, wsession: WorkSession) -> EngineTurn:
+        env = _engine_env(wsession)
+        if engine == "agent":
+            return _agent_turn(ws, prompt, resume, env)
+        settings = _settings(ws, engine)
+        history = ws.paths.state_dir / "work" / wsession.id / "aider.chat.history.md"
+        history.parent.mkdir(parents=True, exist_ok=True)
+        cwd = Path(wsession.cwd)
+        previous = dict(os.environ)
+        os.environ.update(env)  # the adapters run the engine with this process's environment
+        try:
+            if resume is None:
+                return start_turn(
+                    engine,
+                    settings,
+                    prompt=prompt,
+                    cwd=cwd,
+                    history_file=history,
+                    new_session_id=str(uuid.uuid4()),
+                )
+            return resume_turn(
+                engine, settings, session_id=resume, prompt=prompt, cwd=cwd, history_file=history
+            )
+        finally:
+            os.environ.clear()
+            os.environ.update(previous)
+
+    return run
+
+
+def _settings(ws: Workspace, engine: str) -> EngineSettings:
+    config: EngineConfig | None = ws.config.engines.get(engine)
+    if config is None:
+        raise UsageError(
+            f"engine {engine!r} has no command configured",
+            hint=f"set engines.{engine}.command in .agent/config.yml (docs/work-sessions.md)",
+        )
+    return EngineSettings(config.command, config.args, config.timeout_seconds)
+
+
+def _engine_env(wsession: WorkSession) -> dict[str, str]:
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    return {
+        COOKIE_ENV: wsession.id,
+        # `acode` on PATH is this installation's, whatever the engine's shell finds first.
+        "PATH": f"{bin_dir}{os.pathsep}{path}" if path else bin_dir,
+    }
+
+
+def _agent_turn(ws: Workspace, prompt: str, resume: str | None, env: dict[str, str]) -> EngineTurn:
+    """acode's own agent loop as the engine: its session id is the engine's. A finished
+    agent session takes no new prompt, so resuming one counts as forgotten."""
+    if resume is None:
+        argv = [*ACODE_COMMAND, "run", prompt, "--json", "--workspace", str(ws.root)]
+    else:
+        argv = [*ACODE_COMMAND, "resume", resume, "--mode", "autopilot", "--json"]
+        argv += ["--workspace", str(ws.root)]
+    try:
+        done = subprocess.run(
+            argv,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=_AGENT_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return EngineTurn(resume, False, False, "", "the agent did not finish in time")
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    started = next((r["id"] for r in records if r.get("event") == "started"), None)
+    last = records[-1] if records else {}
+    text = str(last.get("message") or done.stderr.strip())[-4000:]
+    if resume is not None and done.returncode in (14, 15):
+        return EngineTurn(None, False, True, text, f"agent session {resume} cannot continue")
+    return EngineTurn(
+        started or resume,
+        done.returncode == 0,
+        False,
+        text,
+        f"acode agent session {started or resume}: exit {done.returncode}",
+    )

@@ -1,0 +1,472 @@
+"""Work sessions: an AI engine working on a task, across many processes.
+
+A work session is an acode session of kind "work" used as a ledger (``work.ledger``):
+its id is the *cookie* every write to it must present, and its steps record what
+happened: ``open`` (the task, the engine, the directory, the parent), ``turn-N`` (one
+engine run: its own session id, and whether it was new, resumed or rebuilt),
+``bc-NNN`` (breadcrumbs) and ``close``. Subtasks are work sessions whose parent is this
+one. The document ``docs/acode/work_sessions/<id>.json`` is rendered from that record
+after every change, and rendered again by the next command when a kill came between
+the commit and the write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from acode.domain.states import SessionState
+from acode.domain.work import (
+    Breadcrumb,
+    EngineSession,
+    Subtask,
+    Task,
+    TaskStatus,
+    WorkSession,
+    breadcrumb_id,
+    parse_breadcrumb,
+)
+from acode.errors import (
+    CookieError,
+    ErrorCode,
+    SessionNotFoundError,
+    TerminalStateError,
+    UsageError,
+    WorkNotFoundError,
+)
+from acode.runtime.catalog import find_session
+from acode.runtime.clock import SystemClock
+from acode.runtime.files import atomic_write
+from acode.runtime.lifecycle import Workspace, now_iso, open_session
+from acode.store.records import SessionRow
+from acode.store.sqlite_store import SqliteStore, open_store
+from acode.work.ledger import append_to, held, recorded_results
+from acode.work.prompts import rebuilt_prompt, resume_prompt, start_prompt
+from acode.work.tasks import add_task, find_task, list_tasks, set_task_status
+
+if TYPE_CHECKING:
+    from acode.work.engine_output import EngineTurn
+
+__all__ = [
+    "COOKIE_ENV",
+    "WSESSIONS_DIR",
+    "Started",
+    "TurnRunner",
+    "add_breadcrumb",
+    "close_work",
+    "list_breadcrumbs",
+    "list_work_sessions",
+    "resume_work",
+    "spawn_work",
+    "start_work",
+    "work_session",
+]
+
+WSESSIONS_DIR = Path("docs/acode/work_sessions")
+# Set for the engine's process: a breadcrumb command run by the engine is checked
+# against the work session that started it.
+COOKIE_ENV = "ACODE_WORK_COOKIE"
+_KIND = "work"
+_TEXT_KEPT = 2000
+
+
+# Runs one engine turn: (engine name, prompt, the engine session to resume or None for a
+# new one, the work session) -> what the engine did. The CLI passes the real one
+# (work.runner); tests may pass another that speaks to a real engine differently.
+TurnRunner = Callable[[str, str, "str | None", WorkSession], "EngineTurn"]
+
+
+@dataclass(frozen=True)
+class Started:
+    """What a command that ran the engine did: the work session after it, and each turn
+    with how it began ("new", "resumed", "rebuilt", "resume_failed")."""
+
+    wsession: WorkSession
+    task: Task
+    turns: tuple[tuple[str, EngineTurn], ...] = ()
+
+
+def _now() -> str:
+    return now_iso(SystemClock())
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def _store(ws: Workspace) -> SqliteStore:
+    return open_store(ws.paths.db, ws.config.durability)
+
+
+def _work_row(store: SqliteStore, id_or_prefix: str) -> SessionRow:
+    try:
+        row = find_session(store, id_or_prefix)
+    except SessionNotFoundError:
+        row = None
+    if row is None or row.kind != _KIND:
+        raise WorkNotFoundError(
+            f"no work session {id_or_prefix!r}",
+            hint="`acode work list` shows the work sessions",
+        )
+    return row
+
+
+def _load(store: SqliteStore, row: SessionRow) -> WorkSession:
+    results = dict(recorded_results(store, row))
+    opened = results.get("open")
+    if not isinstance(opened, dict):
+        raise WorkNotFoundError(
+            f"work session {row.short_id} has no opening record",
+            hint="it was interrupted before it started: `acode work task` starts the task again",
+        )
+    turns = [r for k, r in results.items() if k.startswith("turn-") and isinstance(r, dict)]
+    crumbs = [
+        Breadcrumb.from_dict(r)
+        for k, r in results.items()
+        if k.startswith("bc-") and isinstance(r, dict)
+    ]
+    engine_sessions = tuple(
+        EngineSession(t.get("session_id"), t["at"], t["how"]) for t in turns if t.get("ok")
+    )
+    current = next((e.id for e in reversed(engine_sessions) if e.id), None)
+    closed = results.get("close")
+    closing = closed if isinstance(closed, dict) else None
+    return WorkSession(
+        id=row.id,
+        task_id=opened["task_id"],
+        engine=opened["engine"],
+        cwd=opened["cwd"],
+        status="closed" if closing is not None else "active",
+        created_at=opened["created_at"],
+        parent_wsession_id=opened.get("parent_wsession_id"),
+        ai_session_id=current,
+        engine_sessions=engine_sessions,
+        breadcrumbs=tuple(crumbs),
+        subtasks=tuple(_subtasks(store, row)),
+        closed_at=closing["at"] if closing else None,
+        summary=closing.get("summary") if closing else None,
+    )
+
+
+def _subtasks(store: SqliteStore, parent: SessionRow) -> Iterator[Subtask]:
+    for child in reversed(store.sessions()):  # oldest first
+        if child.kind != _KIND or child.parent_id != parent.id:
+            continue
+        results = dict(recorded_results(store, child))
+        opened, closing = results.get("open"), results.get("close")
+        if not isinstance(opened, dict):
+            continue
+        yield Subtask(
+            task_id=opened["task_id"],
+            wsession_id=child.id,
+            status="completed" if isinstance(closing, dict) else "active",
+            summary=closing.get("summary") if isinstance(closing, dict) else None,
+        )
+
+
+def work_session(ws: Workspace, id_or_prefix: str) -> WorkSession:
+    store = _store(ws)
+    try:
+        return _load(store, _work_row(store, id_or_prefix))
+    finally:
+        store.close()
+
+
+def list_work_sessions(ws: Workspace) -> list[WorkSession]:
+    store = _store(ws)
+    try:
+        rows = [r for r in store.sessions() if r.kind == _KIND]
+        found = []
+        for row in rows:
+            try:
+                found.append(_load(store, row))
+            except WorkNotFoundError:
+                continue  # killed before its opening record: nothing to show
+        return found
+    finally:
+        store.close()
+
+
+# -- the documents -------------------------------------------------------------------
+
+
+def _render(ws: Workspace, wsession: WorkSession) -> None:
+    path = ws.root / WSESSIONS_DIR / f"{wsession.id}.json"
+    text = json.dumps(wsession.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, text.encode("utf-8"), temp_dir=ws.paths.state_dir)
+
+
+def _refresh(ws: Workspace, session_id: str) -> WorkSession:
+    store = _store(ws)
+    try:
+        wsession = _load(store, store.session(session_id))
+    finally:
+        store.close()
+    _render(ws, wsession)
+    return wsession
+
+
+# -- starting ----------------------------------------------------------------------------
+
+
+def start_work(
+    ws: Workspace,
+    task_id: str,
+    engine: str,
+    run_turn: TurnRunner | None,
+    *,
+    parent: WorkSession | None = None,
+) -> Started:
+    """Open a work session on ``task_id`` and, unless ``run_turn`` is None (hands-off
+    mode: the person runs the engine), run the engine's first turn."""
+    task = find_task(ws, task_id)
+    if task.status is TaskStatus.DONE:
+        raise UsageError(
+            f"{task.id} is done",
+            hint=f'reopen it by editing {task.id}.json, or add a new task: acode task add "..."',
+        )
+    task = set_task_status(ws, task.id, TaskStatus.IN_PROGRESS)
+    session = open_session(
+        f"{task.id}: {task.title}",
+        ws.root,
+        ws.config,
+        ledger=_KIND,
+        parent_id=parent.id if parent is not None else None,
+    )
+    try:
+        record = {
+            "task_id": task.id,
+            "engine": engine,
+            "cwd": str(ws.root),
+            "created_at": _now(),
+            "parent_wsession_id": parent.id if parent is not None else None,
+        }
+        session.step("open", lambda ctx: record, input=record, title=f"open {task.id}")
+        wsession_id = session.id
+    finally:
+        session.close()
+    wsession = _refresh(ws, wsession_id)
+    if parent is not None:
+        _refresh(ws, parent.id)
+    if run_turn is None:
+        return Started(wsession, task)
+    turn = run_turn(engine, start_prompt(task, wsession), None, wsession)
+    wsession = _record_turn(ws, wsession.id, "new", turn)
+    return Started(wsession, task, (("new", turn),))
+
+
+def _record_turn(ws: Workspace, wsession_id: str, how: str, turn: EngineTurn) -> WorkSession:
+    with append_to(ws, wsession_id) as session:
+        number = sum(1 for _ in _steps_with_prefix(session.journal, "turn-")) + 1
+        result = {
+            "how": how,
+            # A failed attempt's id is never the session's: it may be one the engine
+            # printed for a conversation that does not exist.
+            "session_id": turn.session_id if turn.ok else None,
+            "ok": turn.ok,
+            "forgotten": turn.forgotten,
+            "detail": turn.detail,
+            "text": turn.text[-_TEXT_KEPT:],
+            "at": _now(),
+        }
+        session.step(f"turn-{number}", lambda ctx: result, input=result, title=f"engine: {how}")
+    return _refresh(ws, wsession_id)
+
+
+def _steps_with_prefix(journal: Any, prefix: str) -> Iterator[str]:
+    for step_id, _ in recorded_results(journal.store, journal.row):
+        if step_id.startswith(prefix):
+            yield step_id
+
+
+def spawn_work(
+    ws: Workspace, from_task: str, title: str, engine: str | None, run_turn: TurnRunner | None
+) -> Started:
+    """A subtask of ``from_task`` with its own task file, work session and engine
+    session, linked to the parent's active work session."""
+    parent = _active_for_task(ws, from_task)
+    with held(ws, f"spawn-{parent.id}"):
+        # A spawn killed after its task was made but before its work session: that task
+        # is used again rather than doubled.
+        started = {w.task_id for w in list_work_sessions(ws)}
+        leftover = next(
+            (
+                t
+                for t in list_tasks(ws)
+                if t.parent_task == from_task and t.title == title.strip() and t.id not in started
+            ),
+            None,
+        )
+        task = leftover or add_task(ws, title, parent_task=from_task)
+        return start_work(ws, task.id, engine or parent.engine, run_turn, parent=parent)
+
+
+def _active_for_task(ws: Workspace, task_id: str) -> WorkSession:
+    find_task(ws, task_id)
+    for wsession in list_work_sessions(ws):  # most recent first
+        if wsession.task_id == task_id and wsession.status == "active":
+            return wsession
+    raise WorkNotFoundError(
+        f"{task_id} has no active work session to spawn from",
+        hint=f"start one: acode work task {task_id}",
+    )
+
+
+# -- resuming ------------------------------------------------------------------------------
+
+
+def resume_work(ws: Workspace, id_or_prefix: str, run_turn: TurnRunner | None) -> Started:
+    """Ask the engine to resume its recorded session; when it no longer knows it, start
+    a new one whose prompt rebuilds the context from the task, breadcrumbs and
+    subtasks. With no ``run_turn`` (hands-off mode) nothing is run."""
+    wsession = work_session(ws, id_or_prefix)
+    if wsession.status == "closed":
+        raise TerminalStateError(
+            f"work session {wsession.id} is closed; it cannot be resumed",
+            hint=f"start a new one on the task: acode work task {wsession.task_id}",
+            code=ErrorCode.WORK_CLOSED,
+        )
+    _deliver_summaries(ws, wsession)
+    wsession = _refresh(ws, wsession.id)
+    task = find_task(ws, wsession.task_id)
+    if run_turn is None:
+        return Started(wsession, task)
+    turns: list[tuple[str, EngineTurn]] = []
+    # Aider keeps no id: its conversation is the work session's history file ("").
+    known = wsession.ai_session_id or ("" if wsession.engine == "aider" else None)
+    if known is not None:
+        turn = run_turn(wsession.engine, resume_prompt(task, wsession), known, wsession)
+        how = "resumed" if turn.ok else "resume_failed"
+        wsession = _record_turn(ws, wsession.id, how, turn)
+        turns.append((how, turn))
+        if turn.ok or not turn.forgotten:
+            return Started(wsession, task, tuple(turns))
+    turn = run_turn(wsession.engine, rebuilt_prompt(task, wsession), None, wsession)
+    wsession = _record_turn(ws, wsession.id, "rebuilt", turn)
+    turns.append(("rebuilt", turn))
+    return Started(wsession, task, tuple(turns))
+
+
+# -- breadcrumbs -------------------------------------------------------------------------
+
+
+def _checked_cookie(ws: Workspace, cookie: str | None, expected: str | None) -> WorkSession:
+    """The active work session ``cookie`` names; anything else is refused, naming the
+    cookie expected and the one received."""
+    sessions = list_work_sessions(ws)
+    active = [w.id for w in sessions if w.status == "active"]
+    want = expected or (", ".join(active) if active else "none (no work session is active)")
+    if not cookie:
+        raise CookieError(
+            f"missing --cookie: expected cookie {want}; breadcrumb rejected",
+            hint="pass --cookie with the work session's id, as its prompt gives it; "
+            "nothing was written",
+        )
+    found = next((w for w in sessions if w.id == cookie), None)
+    status = "unknown" if found is None else f"{found.status} session"
+    if found is None or found.status != "active" or (expected and cookie != expected):
+        raise CookieError(
+            f"cookie mismatch: expected cookie {want} (active session), received cookie "
+            f"{cookie} ({status}); breadcrumb rejected",
+            hint="use the cookie of the work session you are working in; nothing was written",
+        )
+    return found
+
+
+def add_breadcrumb(
+    ws: Workspace, cookie: str | None, message: str, *, expected: str | None = None
+) -> Breadcrumb:
+    """Validate the message against the contract and the cookie, then record it."""
+    fields = parse_breadcrumb(message)
+    wsession = _checked_cookie(ws, cookie, expected)
+    crumb = _append_breadcrumb(ws, wsession, fields)
+    _refresh(ws, wsession.id)
+    return crumb
+
+
+def _append_breadcrumb(
+    ws: Workspace, wsession: WorkSession, fields: Mapping[str, Any]
+) -> Breadcrumb:
+    with append_to(ws, wsession.id) as session:
+        if session.state is not SessionState.EXECUTING:
+            raise CookieError(
+                f"work session {wsession.id} closed meanwhile; breadcrumb rejected",
+                hint="nothing was written",
+            )
+        number = sum(1 for _ in _steps_with_prefix(session.journal, "bc-")) + 1
+        crumb = Breadcrumb(
+            id=breadcrumb_id(number),
+            message=fields["message"],
+            timestamp=_now(),
+            ai_session_id=wsession.ai_session_id,
+            kind=fields.get("kind", "note"),
+            files=tuple(fields.get("files", ())),
+            data=fields.get("data"),
+        )
+        record = crumb.to_dict()
+        session.step(crumb.id, lambda ctx: record, input=record, title=crumb.message[:60])
+    return crumb
+
+
+def list_breadcrumbs(
+    ws: Workspace, cookie: str | None, *, expected: str | None = None
+) -> WorkSession:
+    return _checked_cookie(ws, cookie, expected)
+
+
+# -- closing -------------------------------------------------------------------------------
+
+
+def close_work(ws: Workspace, id_or_prefix: str, summary: str | None) -> WorkSession:
+    """Close the work session, mark its task done and, for a subtask, send the parent a
+    summary breadcrumb."""
+    wsession = work_session(ws, id_or_prefix)
+    if wsession.status == "closed":
+        raise TerminalStateError(
+            f"work session {wsession.id} is already closed",
+            hint="`acode work show` shows it",
+            code=ErrorCode.WORK_CLOSED,
+        )
+    text = (summary or "").strip() or _default_summary(wsession)
+    with append_to(ws, wsession.id) as session:
+        record = {"summary": text, "at": _now()}
+        session.step("close", lambda ctx: record, input=record, title="close")
+        session.complete()
+    set_task_status(ws, wsession.task_id, TaskStatus.DONE)
+    closed = _refresh(ws, wsession.id)
+    if closed.parent_wsession_id is not None:
+        _deliver_summaries(ws, work_session(ws, closed.parent_wsession_id))
+        _refresh(ws, closed.parent_wsession_id)
+    return closed
+
+
+def _default_summary(wsession: WorkSession) -> str:
+    if wsession.breadcrumbs:
+        return wsession.breadcrumbs[-1].message
+    return f"{wsession.task_id} completed"
+
+
+def _deliver_summaries(ws: Workspace, parent: WorkSession) -> None:
+    """Every closed subtask's summary as a breadcrumb of the parent, once: run again by
+    later commands, it completes a close that was killed half-way."""
+    if parent.status != "active":
+        return
+    delivered = {
+        b.data.get("subtask_wsession")
+        for b in parent.breadcrumbs
+        if isinstance(b.data, dict) and "subtask_wsession" in b.data
+    }
+    for sub in parent.subtasks:
+        if sub.status != "completed" or sub.wsession_id in delivered:
+            continue
+        fields = {
+            "message": f"Subtask {sub.task_id} completed: {sub.summary}",
+            "kind": "summary",
+            "data": {"subtask_wsession": sub.wsession_id, "task_id": sub.task_id},
+        }
+        _append_breadcrumb(ws, parent, fields)

@@ -45,10 +45,15 @@ Engine = Annotated[
 
 
 def _ws(option: Path | None) -> Workspace:
+    """The workspace, with whatever a killed command left half done finished first."""
     from acode.cli.app import workspace_dir
     from acode.runtime.lifecycle import open_workspace
+    from acode.work.sessions import repair
 
-    return open_workspace(workspace_dir(option))
+    ws = open_workspace(workspace_dir(option))
+    if ws.paths.db.exists():
+        repair(ws)
+    return ws
 
 
 def _say(lines: list[str]) -> None:

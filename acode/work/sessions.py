@@ -59,6 +59,7 @@ __all__ = [
     "close_work",
     "list_breadcrumbs",
     "list_work_sessions",
+    "repair",
     "resume_work",
     "spawn_work",
     "start_work",
@@ -187,6 +188,26 @@ def list_work_sessions(ws: Workspace) -> list[WorkSession]:
         return found
     finally:
         store.close()
+
+
+def repair(ws: Workspace) -> list[WorkSession]:
+    """Finish what a killed command left half done, and return every work session: a
+    closed work session's task is done, a closed subtask's summary is in its parent, and
+    every document shows the record."""
+    sessions = list_work_sessions(ws)
+    tasks = {t.id: t for t in list_tasks(ws)}
+    changed = False
+    for wsession in sessions:
+        task = tasks.get(wsession.task_id)
+        if wsession.status == "closed" and task is not None and task.status is not TaskStatus.DONE:
+            set_task_status(ws, task.id, TaskStatus.DONE)
+        if any(s.status == "completed" for s in wsession.subtasks):
+            changed = _deliver_summaries(ws, wsession) or changed
+    if changed:
+        sessions = list_work_sessions(ws)
+    for wsession in sessions:
+        _render(ws, wsession)
+    return sessions
 
 
 # -- the documents -------------------------------------------------------------------
@@ -451,11 +472,12 @@ def _default_summary(wsession: WorkSession) -> str:
     return f"{wsession.task_id} completed"
 
 
-def _deliver_summaries(ws: Workspace, parent: WorkSession) -> None:
+def _deliver_summaries(ws: Workspace, parent: WorkSession) -> bool:
     """Every closed subtask's summary as a breadcrumb of the parent, once: run again by
-    later commands, it completes a close that was killed half-way."""
+    later commands, it completes a close that was killed half-way. True when it added one."""
     if parent.status != "active":
-        return
+        return False
+    added = False
     delivered = {
         b.data.get("subtask_wsession")
         for b in parent.breadcrumbs
@@ -470,3 +492,5 @@ def _deliver_summaries(ws: Workspace, parent: WorkSession) -> None:
             "data": {"subtask_wsession": sub.wsession_id, "task_id": sub.task_id},
         }
         _append_breadcrumb(ws, parent, fields)
+        added = True
+    return added

@@ -83,7 +83,10 @@ def test_the_runbook_outcome_a_with_subtask_breadcrumbs_and_summary(work: Cli) -
     assert spawned["parent_wsession_id"] == parent
     sub = _doc(work, "docs/acode/tasks/task-002.json")
     assert sub["parent_task"] == "task-001"
-    assert _doc(work, f"docs/acode/work_sessions/{parent}.json")["subtasks"][0]["task_id"] == "task-002"
+    assert (
+        _doc(work, f"docs/acode/work_sessions/{parent}.json")["subtasks"][0]["task_id"]
+        == "task-002"
+    )
 
     finding = "Found 3 main functions in component Y: validate, sanitize, transform"
     added = work("wsession", "breadcrumb", "add", "--cookie", child, "--message", finding).out
@@ -167,5 +170,7 @@ def test_spawn_needs_an_active_parent_and_work_needs_a_task(work: Cli) -> None:
     assert "task-001 has no active work session" in none.flat_err
     assert "acode work task task-001" in none.flat_err
     assert "no task 'task-009'" in work("work", "task", "task-009", expect=1).flat_err
-    assert "unknown engine" in work("work", "task", "task-001", "--engine", "gpt", expect=2).flat_err
+    assert (
+        "unknown engine" in work("work", "task", "task-001", "--engine", "gpt", expect=2).flat_err
+    )
     assert "no work session" in work("work", "resume", "01a2c0de", expect=1).flat_err

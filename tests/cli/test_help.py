@@ -63,7 +63,8 @@ def helps(tmp_path_factory: pytest.TempPathFactory) -> Helps:
     pending = dict(groups)
     while pending:  # groups hold commands and groups (`wsession breadcrumb add`)
         nested = [f"{g} {sub}" for g, result in pending.items() for sub in _commands(result)]
-        results = dict(zip(nested, acode.many([[*p.split(), "--help"] for p in nested]), strict=True))
+        helps_of = acode.many([[*path.split(), "--help"] for path in nested])
+        results = dict(zip(nested, helps_of, strict=True))
         pending = {path: result for path, result in results.items() if _commands(result)}
         groups.update(pending)
         commands.update({path: r for path, r in results.items() if path not in pending})

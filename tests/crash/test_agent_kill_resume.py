@@ -51,8 +51,15 @@ def model_server(tmp_path: Path) -> Iterator[ModelServer]:
     script.write_text(json.dumps({"rules": rules(delay=REPLY_DELAY)}), encoding="utf-8")
     log = tmp_path / "requests.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.fake_openai", "--log", str(log)]
-        + ["--script", str(script)],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.fake_openai",
+            "--log",
+            str(log),
+            "--script",
+            str(script),
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,

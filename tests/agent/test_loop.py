@@ -115,7 +115,8 @@ def test_a_model_outage_mid_conversation_resumes_without_asking_again(
         assert run_agent(resumed, TASK) is SessionState.COMPLETED
     sent = Counter(request_hash(b) for b in _bodies(fake))
     assert all(n == 1 for n in sent.values()), "an answered request was sent again"
-    assert len(sent) == 6 and set(sent_before) <= set(sent)
+    assert len(sent) == 6
+    assert set(sent_before) <= set(sent)
     assert (repo / "src/login.py").read_text() == expected_login()
 
 
@@ -132,7 +133,8 @@ def test_an_invalid_plan_is_sent_back_with_the_problems(fake: FakeOpenAI, repo: 
     assert _run(repo, _config(fake)) is SessionState.COMPLETED
     second = _bodies(fake)[1]["messages"]
     feedback = [m for m in second if m["role"] == "tool"]
-    assert feedback and feedback[0]["tool_call_id"] == "p1"
+    assert feedback
+    assert feedback[0]["tool_call_id"] == "p1"
     assert "tasks" in feedback[0]["content"]
 
 

@@ -87,7 +87,7 @@ def _files(ws: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(ws)): p.read_bytes()
         for p in sorted(ws.rglob("*"))
-        if p.is_file() and not p.relative_to(ws).parts[0] in (".git", ".agent")
+        if p.is_file() and p.relative_to(ws).parts[0] not in (".git", ".agent")
     }
 
 

@@ -171,7 +171,7 @@ def test_killed_anywhere_the_agent_resumes_to_the_same_workspace(
             proc = _start(ws, env, "run", TASK)
         else:
             proc = _start(ws, env, "resume", "--mode", "autopilot")
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
         if proc.returncode == 0 or (started and proc.returncode in (14, 15)):
             break
         started = True

@@ -52,7 +52,8 @@ class Runbook:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
-        assert "Traceback" not in err and "internal error" not in err, err
+        assert "Traceback" not in err, err
+        assert "internal error" not in err, err
         return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
     def step(self, args: list[str], done: Callable[[], bool]) -> str:

@@ -131,8 +131,12 @@ def _plan_file(target: str) -> Path | None:
     looks_like_a_plan = path.suffix.lower() in (".yaml", ".yml") and not any(
         c.isspace() for c in target
     )
+    try:
+        exists = path.is_file()
+    except OSError:  # a long task is no valid file name (ENAMETOOLONG)
+        exists = False
     # A missing file named like a plan is a mistake (load_plan says so), never a task.
-    return path if path.is_file() or looks_like_a_plan else None
+    return path if exists or looks_like_a_plan else None
 
 
 def _run_plan(plan_file: Path, ws: Path, as_json: bool) -> int:

@@ -54,6 +54,15 @@ def test_run_a_task_then_status_shows_tokens_and_cost(agent_cli: Cli, fake: Fake
     assert "$" in text
 
 
+def test_a_long_task_of_many_lines_is_a_task(agent_cli: Cli, fake: FakeOpenAI) -> None:
+    fake.converse(rules())
+    _configure(agent_cli, fake)
+    long_task = TASK + "\n" + "Keep the public API unchanged. " * 20
+    lines = agent_cli("run", long_task, "--json").json_lines()
+    assert lines[0]["task"] == long_task
+    assert lines[-1]["exit_code"] == 0
+
+
 def test_json_output_carries_the_plan_and_the_end(agent_cli: Cli, fake: FakeOpenAI) -> None:
     fake.converse(rules())
     _configure(agent_cli, fake)

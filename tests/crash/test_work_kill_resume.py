@@ -120,10 +120,16 @@ def test_the_runbook_survives_kills_at_every_step(case: int, tmp_path: Path) -> 
         lambda: len(sessions()) == 2,
     )
     child = next(s["id"] for s in sessions() if s["id"] != parent)
-    for number, finding in enumerate(("validate()", "sanitize()", "transform()"), start=1):
+
+    def recorded(finding: str) -> Callable[[], bool]:
+        return lambda: (
+            finding in {b["message"] for b in book.json("work", "show", child)["breadcrumbs"]}
+        )
+
+    for finding in ("validate()", "sanitize()", "transform()"):
         book.step(
             ["wsession", "breadcrumb", "add", "--cookie", child, "--message", finding],
-            lambda n=number: len(book.json("work", "show", child)["breadcrumbs"]) >= n,
+            recorded(finding),
         )
     book.step(
         ["task", "done", "task-002", "--summary", "Y has three functions"],

@@ -1,0 +1,350 @@
+"""Starting and resuming an engine's own session: one turn of a real engine CLI.
+
+Each engine is one record of a table (how to start, how to resume, how to read what it
+printed, how to install it); there is no class per engine. An engine runs in the work
+session's directory with stdin closed (Codex reads a non-terminal stdin to its end) and
+the caller's environment, which holds the engine's own settings (CODEX_HOME,
+ANTHROPIC_BASE_URL, HOME, ...). acode adds only what keeps a turn from hanging:
+
+- codex: ``-c features.unbounded_connection_retries=false``. By default codex retries a
+  dead server forever; with this it gives up after 5 retries (about 25 s). The ``-c`` form
+  is used rather than ``--disable``, which fails on a codex that no longer knows the feature.
+  Per-provider retry counts (``model_providers.<id>.request_max_retries``) are the user's to
+  set: acode does not know the provider's id, and a built-in provider cannot be overridden.
+- claude: ``CLAUDE_CODE_MAX_RETRIES=2`` unless the caller set it (the default retries a
+  dead server for about 3 minutes; 2 give up in about 4 s).
+- aider: ``COLUMNS`` wide, so that its answer is printed unwrapped. It retries a dead server
+  for about 78 s and then exits 0, which only its output gives away
+  (engine_output.parse_aider); ``timeout_seconds`` bounds it. Aider has no session id: its
+  session is ``history_file`` (resume_turn ignores ``session_id``), and a resume whose
+  history file is gone is forgotten without running aider.
+
+A turn that outlives ``timeout_seconds`` has its whole process group killed. An engine
+gets SIGTERM when the process that started it dies (Linux), so a killed acode leaves no
+engine writing into a session that a resume is about to continue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from acode.errors import EnvironmentValidationError, UsageError
+from acode.work.engine_output import (
+    EngineTurn,
+    parse_aider,
+    parse_claude,
+    parse_codex,
+    parse_command,
+)
+
+if TYPE_CHECKING:
+    import subprocess
+
+__all__ = [
+    "ENGINE_NAMES",
+    "EngineSettings",
+    "EngineTurn",
+    "resume_turn",
+    "start_turn",
+]
+
+ENGINE_NAMES = ("claude", "codex", "aider", "command")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How to run one engine: ``engines.<name>`` of .agent/config.yml."""
+
+    command: str  # the executable ("codex", "claude", "aider", or a path); "command": a template
+    args: tuple[str, ...] = ()  # extra arguments, put before the prompt on start and resume
+    timeout_seconds: float = 1800.0
+
+
+# Placeholders in an argv template; "{args}" (a whole word) expands to EngineSettings.args.
+_ARGS, _PROMPT, _ID, _HISTORY = "{args}", "{prompt}", "{session_id}", "{history}"
+_PLACEHOLDER = re.compile(r"\{(prompt|session_id|history|cwd)\}")
+_Parse = Callable[[str, str, int, str | None], EngineTurn]
+
+
+@dataclass(frozen=True)
+class _Engine:
+    start: tuple[str, ...]
+    resume: tuple[str, ...]
+    parse: _Parse
+    env_defaults: Mapping[str, str]  # set unless the caller's environment has them
+    env_forced: Mapping[str, str]  # always set: the parser depends on them
+    install: str  # how a person gets the executable
+    session_in_history: bool = False  # the session is the history file (aider)
+
+
+_CODEX_COMMON = (
+    "--json",
+    "--skip-git-repo-check",
+    "-c",
+    "features.unbounded_connection_retries=false",
+)
+_CLAUDE_COMMON = ("-p", "--output-format", "json")
+_AIDER_COMMON = (
+    "--yes-always",
+    "--no-git",
+    "--no-check-update",
+    "--no-analytics",
+    "--no-show-model-warnings",
+    "--no-pretty",
+    "--no-show-release-notes",
+    "--no-stream",
+    "--chat-history-file",
+    _HISTORY,
+    # Else aider writes .aider.input.history into the work tree (its git root).
+    "--input-history-file",
+    _HISTORY + ".input",
+)
+
+_ENGINES: dict[str, _Engine] = {
+    # "--" keeps a prompt that starts with "-" from being read as an option.
+    "codex": _Engine(
+        start=("exec", *_CODEX_COMMON, _ARGS, "--", _PROMPT),
+        resume=("exec", "resume", *_CODEX_COMMON, _ARGS, "--", _ID, _PROMPT),
+        parse=lambda out, err, rc, asked: parse_codex(out, err, rc, asked=asked),
+        env_defaults={},
+        env_forced={},
+        install="npm i -g @openai/codex",
+    ),
+    "claude": _Engine(
+        start=(*_CLAUDE_COMMON, "--session-id", _ID, _ARGS, "--", _PROMPT),
+        resume=(*_CLAUDE_COMMON, "--resume", _ID, _ARGS, "--", _PROMPT),
+        parse=lambda out, err, rc, asked: parse_claude(out, err, rc, asked=asked),
+        env_defaults={"CLAUDE_CODE_MAX_RETRIES": "2"},
+        env_forced={},
+        install="npm i -g @anthropic-ai/claude-code",
+    ),
+    # --message=PROMPT: argparse would take a prompt starting with "-" for an option.
+    "aider": _Engine(
+        start=(*_AIDER_COMMON, _ARGS, "--message=" + _PROMPT),
+        resume=(*_AIDER_COMMON, "--restore-chat-history", _ARGS, "--message=" + _PROMPT),
+        parse=lambda out, err, rc, asked: parse_aider(out, err, rc, asked=asked),
+        env_defaults={},
+        # Aider prints through Rich, which wraps at 80 columns when stdout is no terminal:
+        # the answer is read back from stdout, so it must come out unwrapped.
+        env_forced={"COLUMNS": "100000"},
+        install="pipx install aider-chat",
+        session_in_history=True,
+    ),
+}
+
+
+def start_turn(
+    engine: str,
+    settings: EngineSettings,
+    *,
+    prompt: str,
+    cwd: Path,
+    history_file: Path,
+    new_session_id: str,
+) -> EngineTurn:
+    """Start a new engine session with ``prompt`` and run its first turn.
+
+    ``new_session_id`` is the id acode chose: claude is told to use it (so a turn killed
+    midway still has a known id) and ``command`` gets it; codex picks its own; aider has none.
+    """
+    _check_name(engine)
+    if engine == "command":
+        return _command_turn(settings, prompt, cwd, given_id="", session_id=new_session_id)
+    spec = _ENGINES[engine]
+    argv = _fill(spec.start, settings, prompt, new_session_id, history_file)
+    return _turn(engine, settings, spec, argv, cwd, asked=None)
+
+
+def resume_turn(
+    engine: str,
+    settings: EngineSettings,
+    *,
+    session_id: str,
+    prompt: str,
+    cwd: Path,
+    history_file: Path,
+) -> EngineTurn:
+    """Continue the engine's session ``session_id`` with ``prompt``.
+
+    ``EngineTurn.forgotten`` says that the engine does not know the session (any more, or
+    from this directory): the caller then starts a new one with the context rebuilt.
+    """
+    _check_name(engine)
+    if engine == "command":
+        return _command_turn(settings, prompt, cwd, given_id=session_id, session_id=session_id)
+    spec = _ENGINES[engine]
+    if spec.session_in_history and not _has_content(history_file):
+        detail = f"{engine}: its chat history {history_file} is missing or empty"
+        return EngineTurn(None, False, True, detail, detail)
+    argv = _fill(spec.resume, settings, prompt, session_id, history_file)
+    return _turn(engine, settings, spec, argv, cwd, asked=session_id)
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def _check_name(engine: str) -> None:
+    if engine not in ENGINE_NAMES:
+        raise UsageError(
+            f"unknown engine {engine!r}",
+            hint=f"use one of: {', '.join(ENGINE_NAMES)} (or 'agent', acode's own loop)",
+        )
+
+
+def _has_content(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _fill(
+    template: tuple[str, ...],
+    settings: EngineSettings,
+    prompt: str,
+    session_id: str,
+    history_file: Path,
+) -> list[str]:
+    values = {"prompt": prompt, "session_id": session_id, "history": str(history_file.resolve())}
+    argv = [settings.command]
+    for token in template:
+        if token == _ARGS:
+            argv.extend(settings.args)
+        else:
+            argv.append(_substitute(token, values))
+    return argv
+
+
+def _substitute(word: str, values: Mapping[str, str]) -> str:
+    """Fill the placeholders of ``word`` in one pass, so that a prompt which itself
+    contains "{session_id}" stays as it was written."""
+    return _PLACEHOLDER.sub(lambda match: values.get(match.group(1), match.group(0)), word)
+
+
+def _turn(
+    engine: str,
+    settings: EngineSettings,
+    spec: _Engine,
+    argv: list[str],
+    cwd: Path,
+    *,
+    asked: str | None,
+) -> EngineTurn:
+    argv[0] = _executable(engine, settings.command, spec.install)
+    env = dict(os.environ)
+    for name, value in spec.env_defaults.items():
+        env.setdefault(name, value)
+    env.update(spec.env_forced)
+    outcome = _run(argv, cwd, env, settings.timeout_seconds)
+    if isinstance(outcome, str):
+        return EngineTurn(None, False, False, f"{engine}: {outcome}", f"{engine} {outcome}")
+    stdout, stderr, returncode = outcome
+    return spec.parse(stdout, stderr, returncode, asked)
+
+
+def _command_turn(
+    settings: EngineSettings, prompt: str, cwd: Path, *, given_id: str, session_id: str
+) -> EngineTurn:
+    try:
+        words = shlex.split(settings.command)
+    except ValueError as exc:
+        raise EnvironmentValidationError(
+            f"engines.command.command is not a valid command line: {exc}",
+            hint="quote it as a shell would, e.g. 'my-agent --ask {prompt}'",
+        ) from exc
+    if not words:
+        raise EnvironmentValidationError(
+            "engines.command.command is empty",
+            hint="set engines.command.command in .agent/config.yml, e.g. 'my-agent --ask {prompt}'",
+        )
+    # Placeholders are filled in per word after splitting, so a prompt stays one argument
+    # whatever it contains: no shell ever sees it.
+    values = {"prompt": prompt, "session_id": given_id, "cwd": str(cwd)}
+    argv = [_substitute(word, values) for word in words]
+    argv[0] = _executable("command", argv[0], "a program on PATH, or a path to one")
+    outcome = _run([*argv, *settings.args], cwd, dict(os.environ), settings.timeout_seconds)
+    if isinstance(outcome, str):
+        return EngineTurn(None, False, False, f"command: {outcome}", f"command {outcome}")
+    stdout, stderr, returncode = outcome
+    return parse_command(stdout, stderr, returncode, session_id=session_id)
+
+
+def _executable(engine: str, command: str, install: str) -> str:
+    found = shutil.which(command)
+    if found is None:
+        raise EnvironmentValidationError(
+            f"engine {engine!r}: the command {command!r} is not installed or not executable",
+            hint=f"install it ({install}), or set engines.{engine}.command in "
+            ".agent/config.yml to its path",
+        )
+    return found
+
+
+def _run(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float
+) -> tuple[str, str, int] | str:
+    """Run one engine process in its own process group: (stdout, stderr, exit status),
+    or why it did not finish."""
+    import subprocess
+
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,  # one killpg reaches the engine's own children too
+        # The hook is one pre-resolved prctl call with no Python lock to take, the case
+        # where a preexec_fn in a threaded process is safe.
+        preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return f"timed out after {timeout:g} s; its process group was killed"
+    except BaseException:  # Ctrl+C, SIGTERM's pause: the engine must not run on unattended
+        _kill_group(proc)
+        raise
+    return stdout, stderr, proc.returncode
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    import subprocess
+
+    with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
+        os.killpg(proc.pid, signal.SIGKILL)
+    # A grandchild that left the group may still hold the pipes: do not wait for it.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=5)
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """What the child runs before exec so that it gets SIGTERM when its parent dies
+    (Linux's PR_SET_PDEATHSIG, kept across exec). Resolved here, in the parent: the
+    child of a threaded process should do as little as possible before exec."""
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+    return hook

@@ -305,3 +305,18 @@ def test_a_session_recorded_before_the_remote_was_set_is_pending_not_degraded(
         "  Push them now with: acode sync",
     ]
     assert acode.status(acode.only_session()["id"])["sync"]["status"] == "pending"
+
+
+def test_work_sessions_and_tasks_are_mirrored_like_every_session(
+    acode: Cli, mirror: Mirror
+) -> None:
+    acode("settings", "set", "ai_stacking_mode", "handsoff")
+    acode("task", "add", "Implement feature X")
+    cookie = acode("work", "task", "task-001", "--json").json()["cookie"]
+    acode("wsession", "breadcrumb", "add", "--cookie", cookie, "--message", "found it")
+    acode("work", "close", cookie)
+    acode("sync", "--wait")
+    sessions = {s["title"]: s["id"] for s in acode("session", "list", "--all", "--json").json()}
+    assert set(sessions) == {"acode tasks", "task-001: Implement feature X"}
+    for session_id in sessions.values():
+        assert_mirrored(mirror, acode.workspace, session_id)

@@ -27,13 +27,13 @@ from acode.agent.conversation import (
 )
 from acode.agent.plan_schema import AgentPlan, AgentTask, plan_feedback, validate_plan
 from acode.agent.tools import (
-    PLAN_TOOL,
     PLAN_TOOL_CHOICE,
     TASK_TOOL_CHOICE,
     TASK_TOOLS,
     BadToolCall,
     ToolCall,
     parse_tool_calls,
+    plan_tool,
     relative_path,
 )
 from acode.domain.states import SessionState
@@ -120,19 +120,22 @@ def _plan(session: Session, task: str) -> AgentPlan:
     for message in planning_messages(task, session.workspace.name):
         talk.add(message)
     problems: tuple[str, ...] = ()
+    tool = plan_tool(settings.max_tasks, settings.max_steps)
     for attempt in range(1, settings.plan_attempts + 1):
         answer = _ask(
             session,
             f"plan.{attempt}",
             talk,
-            (PLAN_TOOL,),
+            (tool,),
             PLAN_TOOL_CHOICE,
             task=None,
             title=f"ask the model for a plan (attempt {attempt})",
         )
         calls = answer.get("tool_calls") or []
         raw = _function_arguments(calls[0]) if calls else answer.get("content") or ""
-        plan, problems = validate_plan(raw, max_tasks=settings.max_tasks)
+        plan, problems = validate_plan(
+            raw, max_tasks=settings.max_tasks, max_steps_per_task=settings.max_steps
+        )
         if plan is not None:
             return _record_plan(session, plan)
         feedback = plan_feedback(problems)

@@ -176,7 +176,7 @@ def _block_end(text: str, start: int) -> int | None:
 
 def _json_error(exc: ValueError | RecursionError) -> str:
     if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        return f"{exc.msg} (line {exc.lineno}, column {exc.colno})"
     if isinstance(exc, RecursionError):
         return "nested too deeply"
     return str(exc)

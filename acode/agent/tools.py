@@ -26,6 +26,7 @@ __all__ = [
     "BadToolCall",
     "ToolCall",
     "parse_tool_calls",
+    "plan_tool",
     "relative_path",
 ]
 
@@ -92,6 +93,18 @@ PLAN_TOOL: Final[dict[str, Any]] = _function_tool(
         if key not in {"$schema", "$id"}
     },
 )
+
+
+def plan_tool(max_tasks: int, max_steps: int) -> dict[str, Any]:
+    """``PLAN_TOOL`` with the plan's size bounded (``agent.max_tasks``, ``max_steps``):
+    told no bound, a small model repeats tasks until max_tokens cuts its JSON short."""
+    tool = copy.deepcopy(PLAN_TOOL)
+    tasks = tool["function"]["parameters"]["properties"]["tasks"]
+    tasks["maxItems"] = max_tasks
+    tasks["items"]["properties"]["steps"]["maxItems"] = max_steps
+    return tool
+
+
 # Forced: llama.cpp's server treats an omitted tool_choice as "none".
 PLAN_TOOL_CHOICE: Final[dict[str, Any]] = {"type": "function", "function": {"name": "submit_plan"}}
 

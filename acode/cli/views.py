@@ -172,7 +172,8 @@ def _event_detail(event: Event) -> str:
             return str(p.get("title", ""))
         case "session_resumed":
             return (
-                f"skipped {p.get('skipped_steps')} steps from checkpoint {p.get('checkpoint_id')}"
+                f"skipped {count(p.get('skipped_steps', 0), 'step')} from checkpoint "
+                f"{p.get('checkpoint_id')}"
             )
         case "approval_decided":
             return f"{'approved' if p.get('approved') else 'denied'} by {p.get('by')}"

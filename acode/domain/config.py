@@ -56,6 +56,7 @@ class AgentSettings:
     max_turns: int = 12
     plan_attempts: int = 3
     max_tasks: int = 12
+    max_steps: int = 8
     approve_plan: bool = False
 
 
@@ -245,6 +246,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
             "max_turns": _positive_int(),
             "plan_attempts": _positive_int(),
             "max_tasks": _positive_int(),
+            "max_steps": _positive_int(),
             "approve_plan": _boolean(),
         },
     ),

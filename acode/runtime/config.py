@@ -60,6 +60,7 @@ agent:                                  # `acode run "task"`
   max_turns: 12                         # model calls per task before the task fails
   plan_attempts: 3                      # invalid plans are sent back this many times at most
   max_tasks: 12                         # a plan with more tasks is refused
+  max_steps: 8                          # ... or with a task of more steps
   approve_plan: false                   # ask before executing the plan (also --approve-plan)
 
 pricing: {}                             # USD per million tokens, per model name, e.g.

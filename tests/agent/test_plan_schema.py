@@ -127,9 +127,9 @@ def test_a_broken_recorded_plan_is_a_plan_error() -> None:
     ("answer", "expected"),
     [
         ("", 'not JSON: the answer was empty; expected {"tasks": [{"title": "...", '),
-        ('{"tasks": [1 2]}', "not JSON: Expecting ',' delimiter at line 1 column 14"),
-        ("no plan here", "not JSON: Expecting value at line 1 column 1"),
-        ('{"tasks": [', "not JSON: Expecting value at line 1 column 12"),
+        ('{"tasks": [1 2]}', "not JSON: Expecting ',' delimiter (line 1, column 14)"),
+        ("no plan here", "not JSON: Expecting value (line 1, column 1)"),
+        ('{"tasks": [', "not JSON: Expecting value (line 1, column 12)"),
         ("[" * 100_000, "not JSON: nested too deeply"),
         ([], 'expected a JSON object shaped as {"tasks": [{"title": "...", '),
         ('"tasks"', 'expected a JSON object shaped as {"tasks": [{"title": "...", '),

@@ -19,6 +19,7 @@ from acode.agent.tools import (
     BadToolCall,
     ToolCall,
     parse_tool_calls,
+    plan_tool,
     relative_path,
 )
 
@@ -250,3 +251,10 @@ def test_a_relative_path_never_escapes(path: str) -> None:
         assert "" not in result.split("/")
         assert "\0" not in result
         assert relative_path(result) == result
+
+
+def test_the_plan_tool_sent_is_bounded_by_the_settings() -> None:
+    tasks = plan_tool(3, 4)["function"]["parameters"]["properties"]["tasks"]
+    assert tasks["maxItems"] == 3
+    assert tasks["items"]["properties"]["steps"]["maxItems"] == 4
+    assert "maxItems" not in json.dumps(PLAN_TOOL)  # the published schema stays unbounded

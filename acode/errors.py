@@ -163,6 +163,11 @@ class ModelError(AcodeError):
     code = ErrorCode.MODEL
 
 
+class ModelBusyError(ModelError):
+    """The model server took the connection but gave no answer in time: it is busy (a
+    local server finishing another request), not gone."""
+
+
 class StorageError(AcodeError):
     code = ErrorCode.STORAGE
 

@@ -245,10 +245,10 @@ def environment_lines(preview: ResumePreview) -> list[str]:
         lines.append(f"    - {change.path} ({change.change.value.lower()}{when})")
     if env.model is not None:
         ok = env.model.problem is None
-        lines.append(
-            f"  {mark[ok]} Model {env.model.name} "
-            + ("available" if ok else f"unavailable: {env.model.problem}")
-        )
+        state = "available" if ok else f"unavailable: {env.model.problem}"
+        if env.model.busy:
+            state = "busy (its server is still answering an earlier request; acode waits)"
+        lines.append(f"  {mark[ok]} Model {env.model.name} {state}")
     lines.append(
         f"  {mark[not env.config]} Configuration "
         + ("unchanged" if not env.config else "changed: " + ", ".join(c.key for c in env.config))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from acode.domain.config import AcodeConfig, config_to_dict
-from acode.errors import AcodeError
+from acode.errors import AcodeError, ModelBusyError
 from acode.runtime.files import sha256_file, stat_file
 from acode.store.records import FileRow
 
@@ -60,6 +60,9 @@ class ModelCheck:
     base_url: str
     name: str
     problem: str | None  # None: reachable and the model is listed
+    # Connected but silent within the check's time-out: a local server busy with an
+    # earlier request (one a killed acode left) answers later; requests wait for it.
+    busy: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class EnvironmentReport:
                 "base_url": self.model.base_url,
                 "name": self.model.name,
                 "problem": self.model.problem,
+                "busy": self.model.busy,
             },
             "valid": self.valid,
         }
@@ -166,6 +170,8 @@ def check_model(config: AcodeConfig, timeout: float) -> ModelCheck:
     settings = config.model
     try:
         names = list_models(settings, timeout=timeout)
+    except ModelBusyError:
+        return ModelCheck(settings.base_url, settings.name, None, busy=True)
     except AcodeError as exc:
         return ModelCheck(settings.base_url, settings.name, f"model server: {exc.message}")
     if settings.name not in names:

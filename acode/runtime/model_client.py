@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acode.domain.config import ModelSettings
-from acode.errors import ModelError
+from acode.errors import ModelBusyError, ModelError
 
 __all__ = [
     "ChatResponse",
@@ -165,7 +165,8 @@ def _request_json(
     except urllib.error.HTTPError as exc:
         raise _http_error(url, exc.code, _read_error_body(exc), settings) from exc
     except (OSError, http.client.HTTPException) as exc:
-        raise ModelError(
+        error = ModelBusyError if _timed_out(exc) else ModelError
+        raise error(
             f"cannot reach the model server at {url}: {_describe(exc, timeout)}",
             hint=_UNREACHABLE_HINT,
         ) from exc
@@ -180,6 +181,14 @@ def _read_error_body(exc: Any) -> str:
         return bytes(exc.read()).decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def _timed_out(exc: BaseException) -> bool:
+    import socket
+    import urllib.error
+
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return isinstance(reason, TimeoutError | socket.timeout)
 
 
 def _describe(exc: BaseException, timeout: float) -> str:

@@ -176,6 +176,24 @@ def test_a_slow_server_times_out(fake: FakeOpenAI) -> None:
     assert len(fake.requests) == 1  # never retried behind the caller's back
 
 
+def test_a_silent_server_is_busy_not_gone() -> None:
+    import socket
+
+    from acode.domain.config import AcodeConfig
+    from acode.errors import ModelBusyError
+    from acode.resume.environment import check_model
+
+    with socket.socket() as silent:  # takes connections (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        with pytest.raises(ModelBusyError):
+            list_models(ModelSettings(base_url=url), timeout=0.3)
+        check = check_model(AcodeConfig(model=ModelSettings(base_url=url)), 0.3)
+    assert check.busy
+    assert check.problem is None
+
+
 def test_an_invalid_base_url_is_a_model_error() -> None:
     with pytest.raises(ModelError, match="invalid model server URL"):
         chat(ModelSettings(base_url="localhost:11434/v1"), HELLO)

@@ -9,6 +9,7 @@ position of the work. Per-step records are folded separately (``fold_step``).
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -23,13 +24,34 @@ __all__ = [
     "SessionSummary",
     "StepRecord",
     "StepStatus",
+    "decode_summary",
     "fold",
     "fold_all",
     "fold_step",
     "payload_digest",
 ]
 
-SUMMARY_VERSION = 1
+# 1: a JSON object of every field (checkpoints written before schema 4).
+# 2: a JSON array of the fields in _COMPACT order, without the title and the sequence
+#    number, which the checkpoint's own row and session already hold: it is written
+#    with every step, so each byte is paid once per step.
+SUMMARY_VERSION = 2
+_COMPACT = (
+    "state",
+    "resume_state",
+    "total_steps",
+    "steps_completed",
+    "steps_failed",
+    "next_position",
+    "current_task",
+    "current_step",
+    "pending_approval",
+    "resumes",
+    "reason",
+    "discarded",
+    "plan_hash",
+)
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 class StepStatus(StrEnum):
@@ -60,9 +82,9 @@ class SessionSummary:
     plan_hash: str | None = None  # binds the recorded plan to the signed checkpoints
 
     def to_dict(self) -> dict[str, Any]:
-        # Built by hand: this runs for every checkpoint, and dataclasses.asdict deep-copies.
+        """Every field (version 1): exports, and checkpoints written before schema 4."""
         return {
-            "v": SUMMARY_VERSION,
+            "v": 1,
             "title": self.title,
             "state": self.state.value,
             "seq": self.seq,
@@ -80,6 +102,28 @@ class SessionSummary:
             "plan_hash": self.plan_hash,
         }
 
+    def encode(self) -> str:
+        """The summary as a checkpoint stores it (version 2); ``decode_summary`` reverses it."""
+        # A list in a fixed order, built by hand: this runs for every step.
+        return _dumps(
+            [
+                SUMMARY_VERSION,
+                self.state.value,
+                self.resume_state.value if self.resume_state else None,
+                self.total_steps,
+                self.steps_completed,
+                self.steps_failed,
+                self.next_position,
+                self.current_task,
+                self.current_step,
+                self.pending_approval,
+                self.resumes,
+                self.reason,
+                self.discarded,
+                self.plan_hash,
+            ]
+        )
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionSummary:
         fields = {k: v for k, v in data.items() if k != "v"}
@@ -87,6 +131,21 @@ class SessionSummary:
         if fields.get("resume_state"):
             fields["resume_state"] = SessionState(fields["resume_state"])
         return cls(**fields)
+
+
+def decode_summary(text: str, *, title: str, seq: int) -> SessionSummary:
+    """A stored summary of either version; ``title`` and ``seq`` fill in what version 2
+    leaves to the session and the checkpoint. Raises ValueError on anything else."""
+    data = json.loads(text)
+    if isinstance(data, list):
+        if len(data) != len(_COMPACT) + 1 or data[0] != SUMMARY_VERSION:
+            raise ValueError("not a version 2 session summary")
+        fields = dict(zip(_COMPACT, data[1:], strict=True))
+        fields["title"], fields["seq"] = title, seq
+        return SessionSummary.from_dict(fields)
+    if isinstance(data, dict) and data.get("v") == 1:
+        return SessionSummary.from_dict(data)
+    raise ValueError("not a session summary")
 
 
 def payload_digest(payload_json: str) -> str:
@@ -148,14 +207,33 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
             raise _corrupt(event, "creates a session that already exists")
 
 
-def _at_step(s: SessionSummary, seq: int, p: dict[str, Any], **changes: Any) -> SessionSummary:
-    return replace(
-        s,
-        seq=seq,
-        current_step=p["step"],
-        current_task=p.get("task"),
-        next_position=max(s.next_position, int(p["position"]) + 1),
-        **changes,
+def _at_step(
+    s: SessionSummary,
+    seq: int,
+    p: dict[str, Any],
+    *,
+    steps_completed: int | None = None,
+    steps_failed: int | None = None,
+    pending_approval: str | None = None,
+) -> SessionSummary:
+    # The constructor, not dataclasses.replace: this runs for every step, and replace
+    # costs several times as much.
+    return SessionSummary(
+        s.title,
+        s.state,
+        seq,
+        s.resume_state,
+        s.total_steps,
+        s.steps_completed if steps_completed is None else steps_completed,
+        s.steps_failed if steps_failed is None else steps_failed,
+        max(s.next_position, int(p["position"]) + 1),
+        p.get("task"),
+        p["step"],
+        s.pending_approval if pending_approval is None else pending_approval,
+        s.resumes,
+        s.reason,
+        s.discarded,
+        s.plan_hash,
     )
 
 

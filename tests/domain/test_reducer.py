@@ -25,6 +25,7 @@ from acode.domain.reducer import (
     SessionSummary,
     StepRecord,
     StepStatus,
+    decode_summary,
     fold,
     fold_all,
     fold_step,
@@ -253,10 +254,16 @@ def test_folding_on_from_any_checkpoint_equals_folding_everything(
         summary = fold(summary, event)
         assert summary.seq == event.seq
         data = summary.to_dict()
-        assert data["v"] == SUMMARY_VERSION
+        assert data["v"] == 1
         assert SessionSummary.from_dict(data) == summary
         resumed = via_json(summary)
         assert resumed == summary
+        # The form checkpoints store (version 2) leaves out the title and seq.
+        stored = summary.encode()
+        assert json.loads(stored)[0] == SUMMARY_VERSION
+        assert decode_summary(stored, title="other", seq=7).title == "other"
+        assert decode_summary(stored, title=summary.title, seq=summary.seq) == summary
+        assert decode_summary(canonical_json(data), title="other", seq=0) == summary
         for later in history.events[cut:]:
             resumed = fold(resumed, later)
         assert resumed == whole

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from acode.domain.events import canonical_json
 from acode.domain.plan import StepKind
@@ -26,6 +26,9 @@ from acode.runtime.steps.base import (
     StepContext,
     StepEnv,
 )
+
+if TYPE_CHECKING:
+    from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["PythonStep", "StepFunction", "import_step_function", "python_step"]
 
@@ -103,5 +106,5 @@ class PythonStep:
             "to run it again",
         )
 
-    def value(self, env: StepEnv, result: Any) -> Any:
+    def value(self, store: SqliteStore, result: Any) -> Any:
         return result

@@ -41,13 +41,18 @@ def checkpoint_message(session_id: str, title: str, cp: CheckpointRow) -> bytes:
             f"acode-checkpoint:v1\n{session_id}\n{cp.id}\n{cp.seq}\n{cp.head.hex()}\n"
             f"{cp.created_at}\n{cp.summary}"
         ).encode()
+    return _v2_message(_v2_prefix(session_id, title), cp.seq, cp.head, cp.created_at, cp.summary)
+
+
+def _v2_prefix(session_id: str, title: str) -> str:
     # Version 2: the summary leaves the title to the session row, so the signature covers
-    # it here (length-prefixed); its id is its seq. The summary (JSON, any characters)
-    # comes last: unambiguous.
-    return (
-        f"acode-checkpoint:v2\n{session_id}\n{len(title)}:{title}\n{cp.seq}\n"
-        f"{cp.head.hex()}\n{cp.created_at}\n{cp.summary}"
-    ).encode()
+    # it here, length-prefixed; the id is the seq.
+    return f"acode-checkpoint:v2\n{session_id}\n{len(title)}:{title}\n"
+
+
+def _v2_message(prefix: str, seq: int, head: bytes, created_at: int, summary: str) -> bytes:
+    # The summary (JSON, any characters) comes last: unambiguous.
+    return f"{prefix}{seq}\n{head.hex()}\n{created_at}\n{summary}".encode()
 
 
 @dataclass
@@ -78,6 +83,7 @@ class Journal:
         self._clock = clock
         self._signer = signer
         self._message_count: int | None = None
+        self._message_prefix = _v2_prefix(row.id, row.title)
         # Called after every commit; the sync worker's wake-up when a remote is set.
         self.on_write: Callable[[], None] | None = None
 
@@ -173,14 +179,8 @@ class Journal:
 
     def _checkpoint(self, summary: SessionSummary, last: Event, now: int) -> CheckpointRow:
         text = summary.encode()
-        signature = self._signer.sign(
-            checkpoint_message(
-                self.row.id,
-                self.row.title,
-                CheckpointRow(last.seq, last.seq, text, last.hash, "", now),
-            )
-        )
-        return CheckpointRow(last.seq, last.seq, text, last.hash, signature, now)
+        message = _v2_message(self._message_prefix, last.seq, last.hash, now, text)
+        return CheckpointRow(last.seq, last.seq, text, last.hash, self._signer.sign(message), now)
 
     # -- loading -------------------------------------------------------------------
 

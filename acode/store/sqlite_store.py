@@ -79,8 +79,9 @@ SELECT_UNFINISHED_STEPS = (
 HAS_MESSAGES = "SELECT 1 FROM messages WHERE sid = ? LIMIT 1"
 SELECT_STEPS = f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id < ? ORDER BY id"
 # The two newest checkpoints in event rows (a reverse seek), after those of the old table.
+# Read as bytes: an edited value of any type must fail its signature, not the read.
 SELECT_EVENT_CHECKPOINTS = (
-    "SELECT seq, seq, checkpoint, hash, signature, ts FROM events"
+    "SELECT seq, CAST(checkpoint AS BLOB), hash, CAST(signature AS BLOB), ts FROM events"
     " WHERE id > ? AND id < ? AND checkpoint IS NOT NULL ORDER BY id DESC LIMIT 2"
 )
 # What versions before schema 4 wrote: two slots per session, read, never written.
@@ -116,10 +117,10 @@ def _step(row: tuple[Any, ...]) -> StepRecord:
     return StepRecord(position, step_id, kind, _STATUS[status], attempt, task_id, input_hash, seq)
 
 
-def _signature(value: object) -> str:
-    """A stored signature as the signer writes it (hex); anything else stays as found,
-    and fails verification."""
-    return value.hex() if isinstance(value, bytes) else str(value)
+def _signature(value: bytes | None) -> str:
+    """A stored signature as the signer writes it (hex); a missing one as nothing,
+    which fails verification."""
+    return "" if value is None else value.hex()
 
 
 def _current(cp: CheckpointRow, title: str) -> tuple[str | None, str | None]:
@@ -344,8 +345,8 @@ class SqliteStore:
         bounds = (key(sid, after), key(sid + 1, 0))
         rows = self.conn.execute(SELECT_EVENT_CHECKPOINTS, bounds).fetchall()
         return [
-            CheckpointRow(seq, seq, str(summary), bytes(head), _signature(signature), ts)
-            for seq, _, summary, head, signature, ts in rows
+            CheckpointRow(seq, seq, summary.decode(errors="replace"), head, _signature(sig), ts)
+            for seq, summary, head, sig, ts in rows
         ] + old
 
     def files(self, sid: int) -> list[FileRow]:

@@ -466,3 +466,29 @@ def test_fold_step_follows_a_retried_step_through_its_attempts() -> None:
         (StepStatus.IN_PROGRESS, 2),
         (StepStatus.COMPLETED, 2),
     ]
+
+
+@given(
+    st.text(),
+    st.none() | st.text(),
+    st.none() | st.integers(0, 2**40),
+    st.booleans(),
+)
+def test_the_stored_summary_is_json_whatever_its_texts(
+    text: str, other: str | None, total: int | None, discarded: bool
+) -> None:
+    summary = SessionSummary(
+        title=text,
+        state=S.PAUSED,
+        seq=9,
+        resume_state=S.EXECUTING,
+        total_steps=total,
+        current_task=other,
+        current_step=text,
+        reason=text,
+        discarded=discarded,
+        plan_hash=other,
+    )
+    stored = summary.encode()
+    assert json.loads(stored)[1:4] == ["PAUSED", "EXECUTING", total]
+    assert decode_summary(stored, title=text, seq=9) == summary

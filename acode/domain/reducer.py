@@ -33,24 +33,41 @@ __all__ = [
 ]
 
 # 1: a JSON object of every field (checkpoints written before schema 4).
-# 2: a JSON array of the fields in _COMPACT order, without the title and the sequence
-#    number, which the checkpoint's own row and session already hold: it is written
-#    with every step, so each byte is paid once per step.
+# 2: a JSON array: the version, then the fields in _COMPACT order, without the title
+#    and the sequence number (the session and the checkpoint's own row hold them) and
+#    without the trailing fields that have their default value. It is written with
+#    every step, so each byte is paid once per step: the fields most often set first.
 SUMMARY_VERSION = 2
 _COMPACT = (
     "state",
-    "resume_state",
-    "total_steps",
     "steps_completed",
-    "steps_failed",
     "next_position",
-    "current_task",
     "current_step",
-    "pending_approval",
-    "resumes",
-    "reason",
-    "discarded",
+    "current_task",
+    "total_steps",
     "plan_hash",
+    "resumes",
+    "steps_failed",
+    "resume_state",
+    "reason",
+    "pending_approval",
+    "discarded",
+)
+# Each field's default as JSON, in _COMPACT order (state has none).
+_DEFAULTS = (
+    "",
+    "0",
+    "0",
+    "null",
+    "null",
+    "null",
+    "null",
+    "0",
+    "0",
+    "null",
+    "null",
+    "null",
+    "false",
 )
 
 
@@ -112,16 +129,26 @@ class SessionSummary:
 
     def encode(self) -> str:
         """The summary as a checkpoint stores it (version 2); ``decode_summary`` reverses it."""
-        # A JSON array in _COMPACT order, written by hand: this runs for every step, and
-        # the JSON encoder takes several times as long for a list this small.
-        resume = self.resume_state.value if self.resume_state else None
-        return (
-            f'[{SUMMARY_VERSION},"{self.state.value}",{_text(resume)},'
-            f"{_number(self.total_steps)},{self.steps_completed},{self.steps_failed},"
-            f"{self.next_position},{_text(self.current_task)},{_text(self.current_step)},"
-            f"{_text(self.pending_approval)},{self.resumes},{_text(self.reason)},"
-            f"{'true' if self.discarded else 'false'},{_text(self.plan_hash)}]"
-        )
+        # Written by hand: this runs for every step, and the JSON encoder takes several
+        # times as long for a list this small.
+        parts = [
+            f'"{self.state.value}"',
+            str(self.steps_completed),
+            str(self.next_position),
+            _text(self.current_step),
+            _text(self.current_task),
+            _number(self.total_steps),
+            _text(self.plan_hash),
+            str(self.resumes),
+            str(self.steps_failed),
+            _text(self.resume_state.value if self.resume_state else None),
+            _text(self.reason),
+            _text(self.pending_approval),
+            "true" if self.discarded else "false",
+        ]
+        while parts[-1] == _DEFAULTS[len(parts) - 1]:
+            parts.pop()
+        return f"[{SUMMARY_VERSION},{','.join(parts)}]"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionSummary:
@@ -137,9 +164,10 @@ def decode_summary(text: str, *, title: str, seq: int) -> SessionSummary:
     leaves to the session and the checkpoint. Raises ValueError on anything else."""
     data = json.loads(text)
     if isinstance(data, list):
-        if len(data) != len(_COMPACT) + 1 or data[0] != SUMMARY_VERSION:
+        if not 2 <= len(data) <= len(_COMPACT) + 1 or data[0] != SUMMARY_VERSION:
             raise ValueError("not a version 2 session summary")
-        fields = dict(zip(_COMPACT, data[1:], strict=True))
+        # Fields left out had their defaults, which are the dataclass's own.
+        fields = dict(zip(_COMPACT, data[1:], strict=False))
         fields["title"], fields["seq"] = title, seq
         return SessionSummary.from_dict(fields)
     if isinstance(data, dict) and data.get("v") == 1:

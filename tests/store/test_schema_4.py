@@ -182,7 +182,7 @@ def _newest_checkpoint_seq(conn: sqlite3.Connection) -> int:
     "edit",
     [
         # The summary says more steps were done than were.
-        "UPDATE events SET checkpoint = replace(checkpoint, ',3,0,3,', ',9,0,9,') WHERE seq = ?",
+        "UPDATE events SET checkpoint = replace(checkpoint, ',3,3,', ',9,9,') WHERE seq = ?",
         "UPDATE events SET signature = NULL WHERE seq = ?",
         "UPDATE events SET signature = substr(signature, 1, 31) || x'00' WHERE seq = ?",
         "UPDATE events SET signature = 'damaged' WHERE seq = ?",
@@ -212,7 +212,7 @@ def test_with_both_checkpoints_edited_the_session_is_refused(workspace: Path) ->
     sid = _paused(workspace, 3)
     with _raw(workspace) as conn:
         conn.execute(
-            "UPDATE events SET checkpoint = replace(checkpoint, ',0,', ',1,')"
+            "UPDATE events SET checkpoint = replace(checkpoint, '[2,', '[2,\"x\",')"
             " WHERE checkpoint NOTNULL"
         )
     with pytest.raises(CheckpointError, match="signature does not match") as info:

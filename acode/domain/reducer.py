@@ -38,37 +38,26 @@ __all__ = [
 #    without the trailing fields that have their default value. It is written with
 #    every step, so each byte is paid once per step: the fields most often set first.
 SUMMARY_VERSION = 2
+# The fields in the order stored, each with its default as JSON (state has none). The
+# round trip through ``encode`` and ``decode_summary`` is tested for any summary.
 _COMPACT = (
     "state",
     "steps_completed",
     "next_position",
     "current_step",
+    "reason",
     "current_task",
     "total_steps",
     "plan_hash",
     "resumes",
     "steps_failed",
     "resume_state",
-    "reason",
     "pending_approval",
     "discarded",
 )
-# Each field's default as JSON, in _COMPACT order (state has none).
 _DEFAULTS = (
-    "",
-    "0",
-    "0",
-    "null",
-    "null",
-    "null",
-    "null",
-    "0",
-    "0",
-    "null",
-    "null",
-    "null",
-    "false",
-)
+    "", "0", "0", "null", "null", "null", "null", "null", "0", "0", "null", "null", "false"
+)  # fmt: skip
 
 
 def _text(value: str | None) -> str:
@@ -136,13 +125,13 @@ class SessionSummary:
             str(self.steps_completed),
             str(self.next_position),
             _text(self.current_step),
+            _text(self.reason),
             _text(self.current_task),
             _number(self.total_steps),
             _text(self.plan_hash),
             str(self.resumes),
             str(self.steps_failed),
             _text(self.resume_state.value if self.resume_state else None),
-            _text(self.reason),
             _text(self.pending_approval),
             "true" if self.discarded else "false",
         ]

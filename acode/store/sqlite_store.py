@@ -253,7 +253,10 @@ class SqliteStore:
             # A checkpoint is taken at the write's last event and goes into its row.
             assert k.seq == c.events[-1].seq
             rows[-1] = (*rows[-1][:8], k.summary, bytes.fromhex(k.signature))
-        conn.executemany(INSERT_EVENT, rows)
+        if len(rows) == 1:
+            conn.execute(INSERT_EVENT, rows[0])  # a step's completion: no executemany set-up
+        else:
+            conn.executemany(INSERT_EVENT, rows)
         for s in c.steps:
             conn.execute(
                 UPSERT_STEP,

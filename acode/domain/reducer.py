@@ -21,6 +21,7 @@ from acode.domain.states import SessionState, can_transition
 from acode.errors import CheckpointError, ErrorCode
 
 __all__ = [
+    "STEP_EVENT_TYPES",
     "SUMMARY_VERSION",
     "SessionSummary",
     "StepRecord",
@@ -30,6 +31,8 @@ __all__ = [
     "fold_all",
     "fold_step",
     "payload_digest",
+    "step_record",
+    "step_status",
 ]
 
 # 1: a JSON object of every field (checkpoints written before schema 4).
@@ -281,7 +284,7 @@ class StepRecord:
     event_seq: int = 0
 
 
-_STEP_STATUS = {
+_STEP_STATUS: dict[str, StepStatus] = {
     EventType.STEP_STARTED: StepStatus.IN_PROGRESS,
     EventType.APPROVAL_REQUESTED: StepStatus.IN_PROGRESS,
     EventType.STEP_COMPLETED: StepStatus.COMPLETED,
@@ -290,19 +293,31 @@ _STEP_STATUS = {
 }
 
 
+STEP_EVENT_TYPES = frozenset(_STEP_STATUS)
+
+
 def fold_step(record: StepRecord | None, event: Event) -> StepRecord | None:
     """The record of the step ``event`` is about, after it; None for other events."""
     status = _STEP_STATUS.get(event.type)
     if status is None:
         return record
-    p = event.payload
+    return step_record(status, event.seq, event.payload)
+
+
+def step_record(status: StepStatus, seq: int, p: dict[str, Any]) -> StepRecord:
+    """The record a step event of ``status`` with payload ``p`` leaves (``fold_step``)."""
     return StepRecord(
-        position=int(p["position"]),
-        step_id=p["step"],
-        kind=p["kind"],
-        status=status,
-        attempt=int(p["attempt"]),
-        task_id=p.get("task"),
-        input_hash=p.get("input_hash"),
-        event_seq=event.seq,
+        int(p["position"]),
+        p["step"],
+        p["kind"],
+        status,
+        int(p["attempt"]),
+        p.get("task"),
+        p.get("input_hash"),
+        seq,
     )
+
+
+def step_status(event_type: str) -> StepStatus | None:
+    """The status a step event of ``event_type`` leaves its step in; None for others."""
+    return _STEP_STATUS.get(event_type)

@@ -224,7 +224,7 @@ def verify_history(
     store: SqliteStore, row: SessionRow, signer: Signer | None = None
 ) -> SessionSummary:
     """Fold the whole history from the first event, checking every link of the chain,
-    every kept checkpoint (with ``signer``) and the `steps` projection; the first
+    every kept checkpoint (with ``signer``) and the rows of the `steps` table; the first
     divergence is reported as non-determinism, never papered over."""
     checkpoints = {}
     if signer is not None:
@@ -236,13 +236,18 @@ def verify_history(
     tail = _Tail(None, genesis_hash(row.id), 0)
     summary: SessionSummary | None = None
     steps: dict[int, StepRecord] = {}
+    # A step needs a row unless its completion is its only event (Session._finish).
+    needs_row: set[int] = set()
     for event in store.events(row):
         _check_link(tail, event)
         tail = _Tail(EventStamp(event.ts_us, event.event_id), event.hash, event.seq)
         summary = fold(summary, event)
-        projected = fold_step(steps.get(event.payload.get("position", -1)), event)
+        earlier = steps.get(event.payload.get("position", -1))
+        projected = fold_step(earlier, event)
         if projected is not None:
             steps[projected.position] = projected
+            if earlier is not None or event.type is not EventType.STEP_COMPLETED:
+                needs_row.add(projected.position)
         cp = checkpoints.get(event.seq)
         if cp is not None and _stored(summary, cp) != cp.summary:
             raise _diverged(row, event, f"checkpoint {cp.id} recorded a different state")
@@ -250,8 +255,8 @@ def verify_history(
         raise CheckpointError(
             f"session {row.short_id} has no events", code=ErrorCode.CHECKPOINT_NOT_FOUND
         )
-    recorded_rows = store.steps(row.sid)
-    missing = sorted(steps.keys() - {r.position for r in recorded_rows})
+    recorded_rows = store.step_rows(row.sid)
+    missing = sorted(needs_row - {r.position for r in recorded_rows})
     if missing:
         lost = steps[missing[0]]
         raise _diverged(

@@ -23,7 +23,7 @@ from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType, canonical_json
 from acode.domain.idempotency import STEP_ID_PATTERN, key_prefix
 from acode.domain.plan import StepKind
-from acode.domain.reducer import StepRecord, StepStatus
+from acode.domain.reducer import StepRecord, StepStatus, step_record, step_status
 from acode.domain.states import SessionState, can_transition, is_terminal
 from acode.errors import (
     ApprovalPending,
@@ -81,15 +81,8 @@ StrategyPrompt = Callable[[str, str], "InProgressStrategy | None"]
 # Positions read at once on replay: large windows keep the queries per step negligible.
 _REPLAY_WINDOW = 4096
 
-# The events a step row of each status may point at.
-_EVENT_OF_STATUS = {
-    StepStatus.COMPLETED: frozenset({EventType.STEP_COMPLETED}),
-    StepStatus.FAILED: frozenset({EventType.STEP_FAILED}),
-    StepStatus.IN_PROGRESS: frozenset({EventType.STEP_STARTED, EventType.APPROVAL_REQUESTED}),
-    StepStatus.ROLLED_BACK: frozenset({EventType.STEP_ROLLED_BACK}),
-    StepStatus.PENDING: frozenset(),
-    StepStatus.SKIPPED: frozenset(),
-}
+# Most steps prepare nothing: one shared, never changed.
+_NOTHING_PREPARED = Prepared()
 
 
 def _input_hash(data: Mapping[str, Any]) -> str:
@@ -110,10 +103,7 @@ def _ignore(*_: object) -> None:
 def _object(payload_json: str) -> dict[str, Any]:
     value = json.loads(payload_json)
     if not isinstance(value, dict):
-        raise CheckpointError(
-            "a step's recorded event is not a JSON object: the database was edited",
-            code=ErrorCode.CHAIN_BROKEN,
-        )
+        raise ValueError("an event's payload is not a JSON object")
     return value
 
 
@@ -152,8 +142,14 @@ class Session:
         self._position = 0
         self._seen_ids: set[str] = set()
         self._key_prefix = key_prefix(journal.session_id)
-        # Recorded positions read ahead on replay: record, outcome event type, payload JSON.
-        self._window: dict[int, tuple[StepRecord, str, str]] = {}
+        # A replay reads the events about steps in order, a window at a time, folding
+        # them into each position's record (with its newest event's type and payload),
+        # and the `steps` rows of the same positions to check them against.
+        self._window: dict[int, tuple[StepRecord, str, dict[str, Any]]] = {}
+        self._rows: dict[int, StepRecord] = {}
+        self._scanned_seq = 0  # events up to here are read
+        self._scanned_position = -1  # the highest position they name
+        self._scan_done = self._recorded_until == 0
         self._history: list[dict[str, Any]] | None = None
         self._closed = False
         self._progress = ProgressFile(StatePaths(workspace))
@@ -363,7 +359,7 @@ class Session:
                 return value
             attempt = record.attempt + 1
         env = self._env(step_id, action.kind, task, position, attempt)
-        return self._execute(action, env, input_hash, notice)
+        return self._execute(action, env, input_hash, notice, has_row=record is not None)
 
     def _revisit(
         self,
@@ -396,7 +392,7 @@ class Session:
         )
         if recovery.action is RecoveryAction.ALREADY_DONE:
             outcome = Outcome(recovery.result, files=recovery.files)
-            self._finish(env, input_hash, outcome, recovered=True)
+            self._finish(env, input_hash, outcome, has_row=True, recovered=True)
             notice(StepPhase.RECOVERED, recovery.detail)
             return True, action.value(env.store, recovery.result)
         if recovery.action is RecoveryAction.ROLLBACK_AND_RETRY:
@@ -426,9 +422,12 @@ class Session:
         env: StepEnv,
         input_hash: str,
         notice: Callable[..., None],
+        *,
+        has_row: bool,
     ) -> Any:
-        prepared = Prepared()
+        prepared = _NOTHING_PREPARED
         if action.durable_start:
+            has_row = True
             prepared = action.prepare(env)
             base = self._step_payload(env.ctx, input_hash)
             self._journal.write(
@@ -464,7 +463,7 @@ class Session:
             self._fail(env, input_hash, failure)
             notice(StepPhase.FAILED, failure.message)
             raise failure from exc
-        self._finish(env, input_hash, outcome)
+        self._finish(env, input_hash, outcome, has_row=has_row)
         self._progress.update(self._journal)
         elapsed = int((time.monotonic() - started_at) * 1000)
         notice(StepPhase.DONE, None, elapsed)
@@ -552,15 +551,25 @@ class Session:
         )
 
     def _finish(
-        self, env: StepEnv, input_hash: str, outcome: Outcome, *, recovered: bool = False
+        self,
+        env: StepEnv,
+        input_hash: str,
+        outcome: Outcome,
+        *,
+        has_row: bool,
+        recovered: bool = False,
     ) -> None:
+        """Record the step's completion. A step whose completion is its first event
+        needs no `steps` row: its event is its record, found by a replay in the order
+        of the history. One whose row exists (a start record, an earlier attempt) has
+        it brought up to date in the same commit."""
         base = self._step_payload(env.ctx, input_hash)
         payload = {**base, "result": outcome.result}
         if recovered:
             payload["recovered"] = True
         self._journal.write(
             [(EventType.STEP_COMPLETED, payload)],
-            steps=[self._record(base, StepStatus.COMPLETED)],
+            steps=[self._record(base, StepStatus.COMPLETED)] if has_row else (),
             messages=outcome.messages,
             blobs=outcome.blobs,
             files=outcome.files,
@@ -576,40 +585,67 @@ class Session:
         )
 
     def _recorded(self, position: int) -> StepRecord | None:
-        """The record at ``position``, read in windows of positions: replaying a long
-        session costs one query per window, not two per step."""
+        """The record at ``position``. Calls take positions in the order the history
+        recorded them, so a replay reads the events about steps in order, a window at a
+        time: one query per window, not per step."""
         if position >= self._recorded_until:
             return None
+        while not self._scan_done and self._scanned_position <= position:
+            self._read_window(position)
         found = self._window.get(position)
         if found is None:
-            stop = min(position + _REPLAY_WINDOW, self._recorded_until)
-            rows = self._journal.store.recorded_steps(self._journal.row, position, stop)
-            self._window = {row[0].position: row for row in rows}
-            found = self._window.get(position)
-        if found is None:
-            # Every position below the recorded ones got its row with its first event.
-            raise CheckpointError(
-                f"session {self.short_id}: the record of step position {position} is "
-                "missing from the steps table: the database was edited",
+            # Every position below the recorded ones has events about its step.
+            raise self._edited(
+                f"the record of step position {position} is missing from the history",
                 hint="refusing to run the step again; inspect with `acode resume --verify`",
-                code=ErrorCode.CHAIN_BROKEN,
             )
-        record, event_type = found[0], found[1]
-        if event_type not in _EVENT_OF_STATUS[record.status]:
-            raise CheckpointError(
-                f"session {self.short_id}: step {record.step_id!r} is {record.status.value} "
-                f"in the steps table, but its event {record.event_seq} is {event_type}: "
-                "the database was edited",
-                hint="inspect with `acode resume --verify`",
-                code=ErrorCode.CHAIN_BROKEN,
+        record = found[0]
+        row = self._rows.get(position)
+        if row is not None and row != record:
+            raise self._edited(
+                f"step {row.step_id!r} is {row.status.value} in the steps table, but its "
+                f"events say {record.status.value} (event {record.event_seq})",
             )
         return record
+
+    def _read_window(self, position: int) -> None:
+        """The next window of events about steps, folded into their positions' records;
+        what is below ``position`` was replayed and is let go."""
+        store, row = self._journal.store, self._journal.row
+        events = store.step_events(row, self._scanned_seq, _REPLAY_WINDOW)
+        self._scan_done = len(events) < _REPLAY_WINDOW
+        window = {p: found for p, found in self._window.items() if p >= position}
+        for seq, event_type, payload_json in events:
+            status = step_status(event_type)
+            assert status is not None  # the store reads events about steps only
+            try:
+                payload = _object(payload_json)
+                record = step_record(status, seq, payload)
+            except (KeyError, TypeError, ValueError):
+                raise self._edited(f"event {seq} ({event_type}) names no step") from None
+            if record.position < self._scanned_position:
+                raise self._edited(f"event {seq} goes back to step position {record.position}")
+            window[record.position] = (record, event_type, payload)
+            self._scanned_seq, self._scanned_position = seq, record.position
+        self._window = window
+        self._rows = {
+            r.position: r for r in store.step_rows(row.sid, position, self._scanned_position)
+        }
+
+    def _edited(
+        self, what: str, hint: str = "inspect with `acode resume --verify`"
+    ) -> CheckpointError:
+        return CheckpointError(
+            f"session {self.short_id}: {what}: the database was edited",
+            hint=hint,
+            code=ErrorCode.CHAIN_BROKEN,
+        )
 
     def _outcome(self, record: StepRecord) -> tuple[str, dict[str, Any]]:
         """The type and payload of the event holding ``record``'s outcome."""
         cached = self._window.get(record.position)
         if cached is not None and cached[0].event_seq == record.event_seq:
-            return cached[1], _object(cached[2])
+            return cached[1], cached[2]
         event = self._journal.store.event(self._journal.row, record.event_seq)
         return event.type.value, event.payload
 

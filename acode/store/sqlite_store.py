@@ -6,13 +6,21 @@ per call); reads never take the write lock.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from acode.domain.events import Event, EventType
-from acode.domain.reducer import StepRecord, StepStatus, decode_summary
+from acode.domain.reducer import (
+    STEP_EVENT_TYPES,
+    StepRecord,
+    StepStatus,
+    decode_summary,
+    step_record,
+    step_status,
+)
 from acode.errors import StorageError
 from acode.store.blobs import INSERT_BLOB, compress, get_blob
 from acode.store.connection import Durability, atomic, connect
@@ -67,17 +75,19 @@ UPSERT_STEP = (
     " event_seq = excluded.event_seq"
 )
 _STEP_COLUMNS = "position, step_id, kind, status, attempt, task_id, input_hash, event_seq"
-SELECT_STEPS_WITH_EVENTS = (
-    f"SELECT {', '.join('s.' + c for c in _STEP_COLUMNS.split(', '))}, e.type, e.payload"
-    " FROM steps s JOIN events e ON e.id = s.sid * 4294967296 + s.event_seq"
-    " WHERE s.id >= ? AND s.id < ? ORDER BY s.id"
+# The events about steps, in order: folded, they are the steps' records (schema 4 writes
+# a `steps` row only for a step that needs one, see Session._finish).
+SELECT_STEP_EVENTS = (
+    "SELECT seq, type, payload FROM events WHERE id > ? AND id < ?"
+    f" AND type IN ({', '.join(repr(str(t)) for t in sorted(STEP_EVENT_TYPES))})"
+    " ORDER BY id LIMIT ?"
 )
 SELECT_UNFINISHED_STEPS = (
     f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id < ?"
     " AND status IN ('in_progress', 'rolled_back', 'failed') ORDER BY id"
 )
 HAS_MESSAGES = "SELECT 1 FROM messages WHERE sid = ? LIMIT 1"
-SELECT_STEPS = f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id < ? ORDER BY id"
+_STEPS_BETWEEN = f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id <= ? ORDER BY id"
 # The two newest checkpoints in event rows (a reverse seek), after those of the old table.
 # Read as bytes: an edited value of any type must fail its signature, not the read.
 SELECT_EVENT_CHECKPOINTS = (
@@ -318,15 +328,13 @@ class SqliteStore:
         rows = self.conn.execute(SELECT_EVENTS_OF_TYPE, (*bounds, type_.value)).fetchall()
         return [self._event(session.id, r) for r in rows]
 
-    def recorded_steps(
-        self, session: SessionRow, start: int, stop: int
-    ) -> list[tuple[StepRecord, str, str]]:
-        """Step rows at positions [start, stop), each with the type and the payload (JSON
-        text, left undecoded) of the event holding its outcome, in one query: replaying
-        a long session reads it in windows, not row by row."""
-        bounds = (key(session.sid, start), key(session.sid, stop))
-        rows = self.conn.execute(SELECT_STEPS_WITH_EVENTS, bounds)
-        return [(_step(r[:8]), r[8], r[9]) for r in rows]
+    def step_events(
+        self, session: SessionRow, after_seq: int, limit: int
+    ) -> list[tuple[int, str, str]]:
+        """Up to ``limit`` events about steps after ``after_seq``, as (seq, type, payload
+        JSON), in order: a replay reads a long session in windows, not row by row."""
+        bounds = (key(session.sid, after_seq), key(session.sid + 1, 0))
+        return self.conn.execute(SELECT_STEP_EVENTS, (*bounds, limit)).fetchall()
 
     def unfinished_steps(self, sid: int) -> list[StepRecord]:
         """Steps that did not complete: in progress, rolled back for a retry, or failed."""
@@ -337,8 +345,22 @@ class SqliteStore:
         return self.conn.execute(HAS_MESSAGES, (sid,)).fetchone() is not None
 
     def steps(self, sid: int) -> list[StepRecord]:
-        bounds = (key(sid, 0), key(sid + 1, 0))
-        return [_step(r) for r in self.conn.execute(SELECT_STEPS, bounds)]
+        """Every step's record, by position: the events folded, since a step that
+        completed in its first write has no row in `steps` (schema 4)."""
+        records: dict[int, StepRecord] = {}
+        bounds = (key(sid, 0), key(sid + 1, 0), -1)  # LIMIT -1: all of them
+        for seq, type_, payload in self.conn.execute(SELECT_STEP_EVENTS, bounds):
+            status = step_status(type_)
+            assert status is not None  # the query asks for step events only
+            record = step_record(status, seq, json.loads(payload))
+            records[record.position] = record
+        return [records[p] for p in sorted(records)]
+
+    def step_rows(self, sid: int, first: int = 0, last: int = _SPAN - 1) -> list[StepRecord]:
+        """The rows of the `steps` table at positions [first, last]: those of the steps
+        that have a start record, were retried, failed or await an approval."""
+        bounds = (key(sid, first), key(sid, last))
+        return [_step(r) for r in self.conn.execute(_STEPS_BETWEEN, bounds)]
 
     def checkpoints(self, sid: int) -> list[CheckpointRow]:
         """The checkpoints to load from, newest first: the two newest written into event

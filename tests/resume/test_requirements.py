@@ -340,9 +340,12 @@ def test_checkpoint_identification(cli: Cli) -> None:
         s.model("ask", "Remember this.")
         s.close()
     (cp_seq,) = _query(ws, "SELECT max(seq) FROM events WHERE checkpoint NOTNULL")[0]
-    (step_seq,) = _query(ws, "SELECT event_seq FROM steps WHERE step_id = 'ask'")[0]
+    (step_seq,) = _query(
+        ws, "SELECT seq FROM events WHERE type = 'step_completed' AND payload LIKE '%\"ask\"%'"
+    )[0]
     messages = _query(ws, "SELECT role, seq FROM messages ORDER BY idx")
-    # The result, its step row, the conversation and the checkpoint: one commit.
+    # The result (its event is its step's record), the conversation and the checkpoint
+    # (in the same row): one commit.
     assert messages == [("user", cp_seq), ("assistant", cp_seq)]
     assert step_seq == cp_seq
 

@@ -154,9 +154,16 @@ def test_full_verification_replays_every_kind_of_history(workspace: Path) -> Non
 
 
 def test_resume_verify_refuses_a_history_that_does_not_replay(workspace: Path) -> None:
-    sid = _paused_session(workspace)
+    s = acode.open_session("t", workspace=workspace)
+    s.write("w", "a.txt", "one\n")  # a start record, so a row in the steps table
+    s.pause("test")
+    s.close()
+    sid = s.id
     with _raw(workspace) as conn:
-        conn.execute("UPDATE steps SET status = 'failed' WHERE step_id = 's1'")
+        assert conn.execute("UPDATE steps SET status = 'failed' WHERE step_id = 'w'").rowcount
+    with pytest.raises(CheckpointError, match="steps table"):
+        with acode.resume_session(sid, workspace=workspace) as r:  # the replay checks rows
+            r.write("w", "a.txt", "one\n")
     acode.resume_session(sid, workspace=workspace).close()  # the fast path trusts the checkpoint
     with pytest.raises(CheckpointError, match="diverges"):
         acode.resume_session(sid, workspace=workspace, verify=True)

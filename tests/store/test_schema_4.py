@@ -228,25 +228,51 @@ def test_an_edited_title_invalidates_the_checkpoints_that_leave_it_out(workspace
         acode.resume_session(sid, workspace=workspace)
 
 
-def test_a_step_commit_adds_one_event_row_and_one_step_row(workspace: Path) -> None:
-    s = acode.open_session("rows", workspace=workspace)
-    s.step("a", _result)
-    db = StatePaths(workspace).db
-    with closing(sqlite3.connect(db)) as conn:
-        before = conn.execute("SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM steps)")
-        counts = before.fetchone()
-    s.step("b", _result)
-    with closing(sqlite3.connect(db)) as conn:
-        after = conn.execute(
+def _counts(ws: Path) -> tuple[int, int, int]:
+    with closing(sqlite3.connect(StatePaths(ws).db)) as conn:
+        row = conn.execute(
             "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM steps),"
             " (SELECT count(*) FROM checkpoints)"
         ).fetchone()
+    return row[0], row[1], row[2]
+
+
+def test_a_step_that_completes_in_one_commit_writes_one_row(workspace: Path) -> None:
+    """Its completion event, which holds the checkpoint, is the step's whole record."""
+    (workspace / "b.txt").write_text("b")
+    s = acode.open_session("rows", workspace=workspace)
+    s.step("a", _result)
+    events, steps, _ = _counts(workspace)
+    s.step("b", _result)
+    s.read("c", "b.txt")
+    assert _counts(workspace) == (events + 2, steps, 0)  # the old table is never written
+    with closing(sqlite3.connect(StatePaths(workspace).db)) as conn:
         last = conn.execute(
             "SELECT type, checkpoint NOTNULL, length(signature) FROM events ORDER BY id DESC"
         ).fetchone()
-    s.close()
-    assert after == (counts[0] + 1, counts[1] + 1, 0)  # the old table is never written
     assert last == ("step_completed", 1, 32)
+    s.write("d", "d.txt", "d")  # a start record: a row, brought up to date on completion
+    s.close()
+    assert _counts(workspace)[1:] == (steps + 1, 0)
+    store = open_store(StatePaths(workspace).db)
+    row = store.session(s.id)
+    assert [(r.step_id, r.status.value) for r in store.step_rows(row.sid)] == [("d", "completed")]
+    assert [r.step_id for r in store.steps(row.sid)] == ["a", "b", "c", "d"]
+    assert verify_history(store, row, load_signer()).steps_completed == 4
+    store.close()
+
+
+def test_a_step_row_that_disagrees_with_the_events_is_refused_on_replay(workspace: Path) -> None:
+    s = acode.open_session("rows", workspace=workspace)
+    s.write("w", "w.txt", "w")
+    s.pause("test")
+    s.close()
+    with _raw(workspace) as conn:
+        assert conn.execute("UPDATE steps SET attempt = 2").rowcount == 1
+    with pytest.raises(CheckpointError, match="steps table") as info:
+        with acode.resume_session(s.id, workspace=workspace) as r:
+            r.write("w", "w.txt", "w")
+    assert info.value.code is ErrorCode.CHAIN_BROKEN
 
 
 # -- replay equivalence ------------------------------------------------------------------

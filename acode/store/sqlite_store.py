@@ -38,7 +38,7 @@ def key(sid: int, n: int) -> int:
 
 
 # The time and position of a session's last step live in its newest checkpoint, which
-# ``_with_checkpoint`` adds: the two NULLs are its current task and step.
+# ``SqliteStore._session`` adds: the two NULLs are its current task and step.
 _SESSION_COLUMNS = (
     "sid, id, title, state, workspace, parent_id, kind, config, config_hash,"
     " created_at, updated_at, NULL, NULL, archived"
@@ -257,7 +257,7 @@ class SqliteStore:
         for e in c.events:
             rowid = key(sid, e.seq)
             rows.append((rowid, sid, e.seq, e.event_id, e.ts_us, e.type.value, e.payload_json))
-            rows[-1] += (e.hash, None, None)
+            rows[-1] += (e.hash, None, None)  # no checkpoint here: see below
         k = c.checkpoint
         if k is not None:
             # A checkpoint is taken at the write's last event and goes into its row.

@@ -209,15 +209,16 @@ def _reading(run: Run, results: Results) -> str:
         f"- Without fsync at commit (durability normal) the same step takes {_us(normal)} µs "
         f"against {_us(bare_normal)} µs for the bare insert: about {_us(normal - bare_normal)} "
         "µs per step is acode's own work (building, hashing and folding the event, signing the "
-        "checkpoint, writing the event, step, checkpoint and session rows in one transaction). "
+        "checkpoint, writing the event with the checkpoint in its row). "
         f"The rest, {_us(wait)} µs, is waiting for the disk; the bare FULL insert waits "
         f"{_us(bare_wait)} µs. "
         + (
             "So each step costs one durable commit, like the baseline."
             if wait <= 1.2 * max(bare_wait, 1.0)
-            else "acode too makes one commit, so one fsync, per step, but its commit writes "
-            "several pages (event, step, checkpoint and session rows) where the baseline's "
-            f"writes one, and flushing them takes {wait / max(bare_wait, 1.0):.1f}x as long."
+            else "acode too makes one commit, so one fsync, per step, and its commit writes "
+            "about 1.25 pages of write-ahead log (the event row, and the database header "
+            "when the file grows) where the baseline's writes about one; flushing them takes "
+            f"{wait / max(bare_wait, 1.0):.1f}x as long."
         ),
     ]
     if len(settings.sizes) > 1:
@@ -227,9 +228,10 @@ def _reading(run: Run, results: Results) -> str:
     bare_bytes = statistics.median(results.bytes_per_step[(n, "bare-full")])
     points.append(
         f"- A step takes {acode_bytes:,.0f} bytes of database against {bare_bytes:,.0f} for the "
-        "bare row: besides the result acode keeps the event's id, time stamp and chain hash, "
-        "the step's row (status, idempotency key, input hash) and their indexes; the two "
-        "checkpoint slots are overwritten, not appended."
+        "bare row: besides the result acode keeps the event's id, time stamp, type and chain "
+        "hash, the step's id, kind, position and attempt, and the signed checkpoint (summary "
+        "and signature) in the same row; a step that completes in one commit has no other "
+        "row."
     )
     spreads = results.ratios(n, "acode-full")
     noise = (
@@ -315,8 +317,8 @@ def _method(run: Run) -> str:
 
 - Sessions of {sizes} steps. Each step is `session.step(id, fn)` with a `fn(ctx)` that
   returns a ~200-byte dict; acode records it the way it records any retryable `python`
-  step: one transaction holding the `step_completed` event, the step row, the signed
-  checkpoint and the session row. Opening and closing the session are not timed.
+  step: one transaction holding the `step_completed` event with the signed checkpoint in
+  its row. Opening and closing the session are not timed.
 - The baseline is the least a durable recorder can do: one `INSERT` of the same JSON into a
   one-table WAL database, in its own `BEGIN IMMEDIATE ... COMMIT`, with `synchronous=FULL`
   (acode's default durability) and `NORMAL`.

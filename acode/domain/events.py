@@ -31,9 +31,13 @@ class EventType(StrEnum):
     SESSION_DISCARDED = "session_discarded"
 
 
+# One encoder for every call: json.dumps with options builds a new one each time.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: object) -> str:
     """The one JSON encoding acode hashes and stores: sorted keys, no spaces, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["STEP_ID_PATTERN", "IdempotencyKey", "generate", "parse", "step_prefix"]
+__all__ = ["STEP_ID_PATTERN", "IdempotencyKey", "generate", "key_prefix", "parse", "step_prefix"]
 
 STEP_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _PREFIX = "acode:v1"
@@ -39,6 +39,14 @@ def generate(session_id: str, step_id: str, attempt: int) -> str:
     if not STEP_ID_PATTERN.fullmatch(step_id):
         raise ValueError(f"invalid step id {step_id!r}")
     return str(IdempotencyKey(session_id, step_id, attempt))
+
+
+def key_prefix(session_id: str) -> str:
+    """``acode:v1:<session>:``, checked once: a session makes each step's key by adding
+    ``<step>:<attempt>``, with step ids it has checked itself."""
+    if not _SESSION.fullmatch(session_id):
+        raise ValueError(f"invalid session id {session_id!r}")
+    return f"{_PREFIX}:{session_id}:"
 
 
 def parse(key: str) -> IdempotencyKey | None:

@@ -9,8 +9,10 @@ position of the work. Per-step records are folded separately (``fold_step``).
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from json.encoder import encode_basestring
 from typing import Any
 
 from acode.domain.events import Event, EventType
@@ -19,17 +21,54 @@ from acode.domain.states import SessionState, can_transition
 from acode.errors import CheckpointError, ErrorCode
 
 __all__ = [
+    "STEP_EVENT_TYPES",
     "SUMMARY_VERSION",
     "SessionSummary",
     "StepRecord",
     "StepStatus",
+    "decode_summary",
     "fold",
     "fold_all",
     "fold_step",
     "payload_digest",
+    "step_record",
+    "step_status",
 ]
 
-SUMMARY_VERSION = 1
+# 1: a JSON object of every field (checkpoints written before schema 4).
+# 2: a JSON array: the version, then the fields in _COMPACT order, without the title
+#    and the sequence number (the session and the checkpoint's own row hold them) and
+#    without the trailing fields that have their default value. It is written with
+#    every step, so each byte is paid once per step: the fields most often set first.
+SUMMARY_VERSION = 2
+# The fields in the order stored, each with its default as JSON (state has none). The
+# round trip through ``encode`` and ``decode_summary`` is tested for any summary.
+_COMPACT = (
+    "state",
+    "steps_completed",
+    "next_position",
+    "current_step",
+    "reason",
+    "current_task",
+    "total_steps",
+    "plan_hash",
+    "resumes",
+    "steps_failed",
+    "resume_state",
+    "pending_approval",
+    "discarded",
+)
+_DEFAULTS = (
+    "", "0", "0", "null", "null", "null", "null", "null", "0", "0", "null", "null", "false"
+)  # fmt: skip
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else encode_basestring(value)
+
+
+def _number(value: int | None) -> str:
+    return "null" if value is None else str(int(value))
 
 
 class StepStatus(StrEnum):
@@ -60,9 +99,9 @@ class SessionSummary:
     plan_hash: str | None = None  # binds the recorded plan to the signed checkpoints
 
     def to_dict(self) -> dict[str, Any]:
-        # Built by hand: this runs for every checkpoint, and dataclasses.asdict deep-copies.
+        """Every field (version 1): exports, and checkpoints written before schema 4."""
         return {
-            "v": SUMMARY_VERSION,
+            "v": 1,
             "title": self.title,
             "state": self.state.value,
             "seq": self.seq,
@@ -80,6 +119,29 @@ class SessionSummary:
             "plan_hash": self.plan_hash,
         }
 
+    def encode(self) -> str:
+        """The summary as a checkpoint stores it (version 2); ``decode_summary`` reverses it."""
+        # Written by hand: this runs for every step, and the JSON encoder takes several
+        # times as long for a list this small.
+        parts = [
+            f'"{self.state.value}"',
+            str(self.steps_completed),
+            str(self.next_position),
+            _text(self.current_step),
+            _text(self.reason),
+            _text(self.current_task),
+            _number(self.total_steps),
+            _text(self.plan_hash),
+            str(self.resumes),
+            str(self.steps_failed),
+            _text(self.resume_state.value if self.resume_state else None),
+            _text(self.pending_approval),
+            "true" if self.discarded else "false",
+        ]
+        while parts[-1] == _DEFAULTS[len(parts) - 1]:
+            parts.pop()
+        return f"[{SUMMARY_VERSION},{','.join(parts)}]"
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionSummary:
         fields = {k: v for k, v in data.items() if k != "v"}
@@ -87,6 +149,22 @@ class SessionSummary:
         if fields.get("resume_state"):
             fields["resume_state"] = SessionState(fields["resume_state"])
         return cls(**fields)
+
+
+def decode_summary(text: str, *, title: str, seq: int) -> SessionSummary:
+    """A stored summary of either version; ``title`` and ``seq`` fill in what version 2
+    leaves to the session and the checkpoint. Raises ValueError on anything else."""
+    data = json.loads(text)
+    if isinstance(data, list):
+        if not 2 <= len(data) <= len(_COMPACT) + 1 or data[0] != SUMMARY_VERSION:
+            raise ValueError("not a version 2 session summary")
+        # Fields left out had their defaults, which are the dataclass's own.
+        fields = dict(zip(_COMPACT, data[1:], strict=False))
+        fields["title"], fields["seq"] = title, seq
+        return SessionSummary.from_dict(fields)
+    if isinstance(data, dict) and data.get("v") == 1:
+        return SessionSummary.from_dict(data)
+    raise ValueError("not a session summary")
 
 
 def payload_digest(payload_json: str) -> str:
@@ -102,6 +180,9 @@ def _corrupt(event: Event, problem: str) -> CheckpointError:
     )
 
 
+_COMPLETED = EventType.STEP_COMPLETED
+
+
 def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
     """The summary after ``event``. Raises CheckpointError on an impossible history."""
     p = event.payload
@@ -114,6 +195,8 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
     if event.seq != summary.seq + 1:
         raise _corrupt(event, f"follows event {summary.seq}: the sequence has a gap")
     s = summary
+    if event.type is _COMPLETED:  # most events; ahead of the match, which tries each case
+        return _at_step(s, event.seq, p, steps_completed=s.steps_completed + 1)
     match event.type:
         case EventType.STATE_CHANGED:
             target = SessionState(p["to"])
@@ -148,14 +231,33 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
             raise _corrupt(event, "creates a session that already exists")
 
 
-def _at_step(s: SessionSummary, seq: int, p: dict[str, Any], **changes: Any) -> SessionSummary:
-    return replace(
-        s,
-        seq=seq,
-        current_step=p["step"],
-        current_task=p.get("task"),
-        next_position=max(s.next_position, int(p["position"]) + 1),
-        **changes,
+def _at_step(
+    s: SessionSummary,
+    seq: int,
+    p: dict[str, Any],
+    *,
+    steps_completed: int | None = None,
+    steps_failed: int | None = None,
+    pending_approval: str | None = None,
+) -> SessionSummary:
+    # The constructor, not dataclasses.replace: this runs for every step, and replace
+    # costs several times as much.
+    return SessionSummary(
+        s.title,
+        s.state,
+        seq,
+        s.resume_state,
+        s.total_steps,
+        s.steps_completed if steps_completed is None else steps_completed,
+        s.steps_failed if steps_failed is None else steps_failed,
+        max(s.next_position, int(p["position"]) + 1),
+        p.get("task"),
+        p["step"],
+        s.pending_approval if pending_approval is None else pending_approval,
+        s.resumes,
+        s.reason,
+        s.discarded,
+        s.plan_hash,
     )
 
 
@@ -182,7 +284,7 @@ class StepRecord:
     event_seq: int = 0
 
 
-_STEP_STATUS = {
+_STEP_STATUS: dict[str, StepStatus] = {
     EventType.STEP_STARTED: StepStatus.IN_PROGRESS,
     EventType.APPROVAL_REQUESTED: StepStatus.IN_PROGRESS,
     EventType.STEP_COMPLETED: StepStatus.COMPLETED,
@@ -191,19 +293,31 @@ _STEP_STATUS = {
 }
 
 
+STEP_EVENT_TYPES = frozenset(_STEP_STATUS)
+
+
 def fold_step(record: StepRecord | None, event: Event) -> StepRecord | None:
     """The record of the step ``event`` is about, after it; None for other events."""
     status = _STEP_STATUS.get(event.type)
     if status is None:
         return record
-    p = event.payload
+    return step_record(status, event.seq, event.payload)
+
+
+def step_record(status: StepStatus, seq: int, p: dict[str, Any]) -> StepRecord:
+    """The record a step event of ``status`` with payload ``p`` leaves (``fold_step``)."""
     return StepRecord(
-        position=int(p["position"]),
-        step_id=p["step"],
-        kind=p["kind"],
-        status=status,
-        attempt=int(p["attempt"]),
-        task_id=p.get("task"),
-        input_hash=p.get("input_hash"),
-        event_seq=event.seq,
+        int(p["position"]),
+        p["step"],
+        p["kind"],
+        status,
+        int(p["attempt"]),
+        p.get("task"),
+        p.get("input_hash"),
+        seq,
     )
+
+
+def step_status(event_type: str) -> StepStatus | None:
+    """The status a step event of ``event_type`` leaves its step in; None for others."""
+    return _STEP_STATUS.get(event_type)

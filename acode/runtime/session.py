@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -19,10 +20,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from acode.domain.config import AcodeConfig
-from acode.domain.events import Event, EventType, canonical_json
-from acode.domain.idempotency import STEP_ID_PATTERN, generate
+from acode.domain.events import EventType, canonical_json
+from acode.domain.idempotency import STEP_ID_PATTERN, key_prefix
 from acode.domain.plan import StepKind
-from acode.domain.reducer import StepRecord, StepStatus
+from acode.domain.reducer import StepRecord, StepStatus, step_record, step_status
 from acode.domain.states import SessionState, can_transition, is_terminal
 from acode.errors import (
     ApprovalPending,
@@ -78,17 +79,11 @@ __all__ = ["Session", "StrategyPrompt"]
 StrategyPrompt = Callable[[str, str], "InProgressStrategy | None"]
 
 
-_REPLAY_WINDOW = 512
+# Positions read at once on replay: large windows keep the queries per step negligible.
+_REPLAY_WINDOW = 4096
 
-# The events a step row of each status may point at.
-_EVENT_OF_STATUS = {
-    StepStatus.COMPLETED: frozenset({EventType.STEP_COMPLETED}),
-    StepStatus.FAILED: frozenset({EventType.STEP_FAILED}),
-    StepStatus.IN_PROGRESS: frozenset({EventType.STEP_STARTED, EventType.APPROVAL_REQUESTED}),
-    StepStatus.ROLLED_BACK: frozenset({EventType.STEP_ROLLED_BACK}),
-    StepStatus.PENDING: frozenset(),
-    StepStatus.SKIPPED: frozenset(),
-}
+# Most steps prepare nothing: one shared, never changed.
+_NOTHING_PREPARED = Prepared()
 
 
 def _input_hash(data: Mapping[str, Any]) -> str:
@@ -97,7 +92,20 @@ def _input_hash(data: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:32]
 
 
+# The hash of no input, the common case: events and step rows leave it out (a missing
+# input hash means this one), which saves 47 bytes a step.
 _NO_INPUT = hashlib.sha256(b"{}").hexdigest()[:32]
+
+
+def _ignore(*_: object) -> None:
+    return None
+
+
+def _object(payload_json: str) -> dict[str, Any]:
+    value = json.loads(payload_json)
+    if not isinstance(value, dict):
+        raise ValueError("an event's payload is not a JSON object")
+    return value
 
 
 class Session:
@@ -134,7 +142,15 @@ class Session:
         self._recorded_until = summary.next_position
         self._position = 0
         self._seen_ids: set[str] = set()
-        self._window: dict[int, tuple[StepRecord, Event]] = {}
+        self._key_prefix = key_prefix(journal.session_id)
+        # A replay reads the events about steps in order, a window at a time, folding
+        # them into each position's record (with its newest event's type and payload),
+        # and the `steps` rows of the same positions to check them against.
+        self._window: dict[int, tuple[StepRecord, str, dict[str, Any]]] = {}
+        self._rows: dict[int, StepRecord] = {}
+        self._scanned_seq = 0  # events up to here are read
+        self._scanned_position = -1  # the highest position they name
+        self._scan_done = self._recorded_until == 0
         self._history: list[dict[str, Any]] | None = None
         self._closed = False
         self._progress = ProgressFile(StatePaths(workspace))
@@ -307,13 +323,13 @@ class Session:
             position, step_id, StepKind.APPROVE, task, title or f"approve {question}"
         )
         if record is not None and record.status is StepStatus.COMPLETED:
-            self.observer.on_step(notice(StepPhase.SKIPPED, None))
+            notice(StepPhase.SKIPPED, None)
             return bool(self._recorded_result(record)["approved"])
         gate = subject_hash(question, subject)
         decision = self._recorded_decision(step_id, position, gate) if record else None
         entries: list[tuple[EventType, dict[str, Any]]] = []
         if decision is None and self.approver is not None:
-            self.observer.on_step(notice(StepPhase.STARTED, None))
+            notice(StepPhase.STARTED, None)
             with self.interrupts.interruptible():  # Ctrl+C at the prompt pauses the session
                 answer = self.approver(ApprovalRequest(self.id, step_id, question, subject))
             if answer is not None:
@@ -351,9 +367,9 @@ class Session:
         entries.append((EventType.STEP_COMPLETED, {**base, "result": result}))
         self._journal.write(entries, steps=[self._record(base, StepStatus.COMPLETED)])
         if result["approved"]:
-            self.observer.on_step(notice(StepPhase.DONE, "approved"))
+            notice(StepPhase.DONE, "approved")
         else:
-            self.observer.on_step(notice(StepPhase.FAILED, "denied"))
+            notice(StepPhase.FAILED, "denied")
         return bool(result["approved"])
 
     # -- the engine ----------------------------------------------------------------------
@@ -364,7 +380,12 @@ class Session:
         self._require_active()
         input_hash = _input_hash(action.input())
         position, record = self._claim(step_id, action.kind, input_hash)
-        notice = self._notice(position, step_id, action.kind, task, title or step_id)
+        if record is not None and record.status is StepStatus.COMPLETED:
+            # Replay of a completed step: its recorded result, decoded only now, with no
+            # step context, key or query (the record came with its window).
+            self._notice(position, step_id, action.kind, task, title)(StepPhase.SKIPPED, None)
+            return action.value(self._journal.store, self._recorded_result(record))
+        notice = self._notice(position, step_id, action.kind, task, title)
         attempt = 1
         if record is not None:
             env = self._env(step_id, action.kind, task, position, record.attempt)
@@ -373,7 +394,7 @@ class Session:
                 return value
             attempt = record.attempt + 1
         env = self._env(step_id, action.kind, task, position, attempt)
-        return self._execute(action, env, input_hash, notice)
+        return self._execute(action, env, input_hash, notice, has_row=record is not None)
 
     def _revisit(
         self,
@@ -381,17 +402,14 @@ class Session:
         env: StepEnv,
         record: StepRecord,
         input_hash: str,
-        notice: Callable[..., StepNotice],
+        notice: Callable[..., None],
     ) -> tuple[bool, Any]:
-        """A recorded position: (True, its value) when nothing is left to do, else
-        (False, None) after the interrupted step was put right for another attempt."""
-        if record.status is StepStatus.COMPLETED:
-            self.observer.on_step(notice(StepPhase.SKIPPED, None))
-            return True, action.value(env, self._recorded_result(record))
+        """A recorded position that did not complete: (True, its value) when it turns
+        out done, else (False, None) after it was put right for another attempt."""
         if record.status is StepStatus.FAILED:
-            error = self._outcome_event(record)
+            error = self._outcome_payload(record)
             raise StepFailedError(
-                str(error.payload.get("error")),
+                str(error.get("error")),
                 hint=f"step {record.step_id!r} failed in an earlier run of this session",
             )
         started = self._started_record(record)
@@ -410,9 +428,9 @@ class Session:
         )
         if recovery.action is RecoveryAction.ALREADY_DONE:
             outcome = Outcome(recovery.result, files=recovery.files)
-            self._finish(env, input_hash, outcome, recovered=True)
-            self.observer.on_step(notice(StepPhase.RECOVERED, recovery.detail))
-            return True, action.value(env, recovery.result)
+            self._finish(env, input_hash, outcome, has_row=True, recovered=True)
+            notice(StepPhase.RECOVERED, recovery.detail)
+            return True, action.value(env.store, recovery.result)
         if recovery.action is RecoveryAction.ROLLBACK_AND_RETRY:
             base = self._step_payload(env.ctx, input_hash)
             rolled_back = {**base, "restored": list(recovery.restored), "started": started}
@@ -421,7 +439,7 @@ class Session:
                 steps=[self._record(base, StepStatus.ROLLED_BACK)],
                 checkpoint=False,
             )
-            self.observer.on_step(notice(StepPhase.ROLLED_BACK, recovery.detail))
+            notice(StepPhase.ROLLED_BACK, recovery.detail)
         return False, None
 
     def _ask_strategy(self, record: StepRecord) -> InProgressStrategy:
@@ -439,10 +457,13 @@ class Session:
         action: StepAction,
         env: StepEnv,
         input_hash: str,
-        notice: Callable[..., StepNotice],
+        notice: Callable[..., None],
+        *,
+        has_row: bool,
     ) -> Any:
-        prepared = Prepared()
+        prepared = _NOTHING_PREPARED
         if action.durable_start:
+            has_row = True
             prepared = action.prepare(env)
             base = self._step_payload(env.ctx, input_hash)
             self._journal.write(
@@ -451,7 +472,7 @@ class Session:
                 blobs=prepared.blobs,
                 checkpoint=False,
             )
-        self.observer.on_step(notice(StepPhase.STARTED, None))
+        notice(StepPhase.STARTED, None)
         started_at = time.monotonic()
         try:
             with self.interrupts.interruptible():
@@ -462,28 +483,28 @@ class Session:
             raise
         except StepFailedError as exc:
             self._fail(env, input_hash, exc)
-            self.observer.on_step(notice(StepPhase.FAILED, exc.message))
+            notice(StepPhase.FAILED, exc.message)
             raise
         except UsageError as refused:
             # A path outside the workspace, say: running it again can never succeed, so
             # the step fails rather than leave a session that every resume stops at.
             failure = StepFailedError(refused.message, hint=refused.hint)
             self._fail(env, input_hash, failure)
-            self.observer.on_step(notice(StepPhase.FAILED, failure.message))
+            notice(StepPhase.FAILED, failure.message)
             raise failure from refused
         except Exception as exc:
             failure = StepFailedError(
                 f"step {env.ctx.step_id!r} raised {type(exc).__name__}: {exc}"
             )
             self._fail(env, input_hash, failure)
-            self.observer.on_step(notice(StepPhase.FAILED, failure.message))
+            notice(StepPhase.FAILED, failure.message)
             raise failure from exc
-        self._finish(env, input_hash, outcome)
+        self._finish(env, input_hash, outcome, has_row=has_row)
         self._progress.update(self._journal)
         elapsed = int((time.monotonic() - started_at) * 1000)
-        self.observer.on_step(notice(StepPhase.DONE, None, elapsed))
+        notice(StepPhase.DONE, None, elapsed)
         self.interrupts.check()
-        return action.value(env, outcome.result)
+        return action.value(env.store, outcome.result)
 
     def _claim(
         self, step_id: str, kind: StepKind, input_hash: str
@@ -506,7 +527,7 @@ class Session:
         if record is not None and (
             record.step_id != step_id
             or record.kind != kind.value
-            or record.input_hash != input_hash
+            or (record.input_hash or _NO_INPUT) != input_hash
         ):
             raise NonDeterminismError(
                 f"session {self.short_id}, position {position}: recorded step "
@@ -532,7 +553,7 @@ class Session:
             kind=kind.value,
             attempt=attempt,
             position=position,
-            idempotency_key=generate(self.id, step_id, attempt),
+            idempotency_key=f"{self._key_prefix}{step_id}:{attempt}",
             workspace=self.workspace,
             task_id=task,
         )
@@ -540,14 +561,15 @@ class Session:
 
     def _step_payload(self, ctx: StepContext, input_hash: str) -> dict[str, Any]:
         """The fields every event about a step carries."""
+        # No idempotency key: it is made from the session, step and attempt recorded here.
         payload: dict[str, Any] = {
             "step": ctx.step_id,
             "kind": ctx.kind,
             "position": ctx.position,
             "attempt": ctx.attempt,
-            "key": ctx.idempotency_key,
-            "input_hash": input_hash,
         }
+        if input_hash != _NO_INPUT:
+            payload["input_hash"] = input_hash
         if ctx.task_id is not None:
             payload["task"] = ctx.task_id
         return payload
@@ -561,19 +583,29 @@ class Session:
             status=status,
             attempt=payload["attempt"],
             task_id=payload.get("task"),
-            input_hash=payload["input_hash"],
+            input_hash=payload.get("input_hash"),
         )
 
     def _finish(
-        self, env: StepEnv, input_hash: str, outcome: Outcome, *, recovered: bool = False
+        self,
+        env: StepEnv,
+        input_hash: str,
+        outcome: Outcome,
+        *,
+        has_row: bool,
+        recovered: bool = False,
     ) -> None:
+        """Record the step's completion. A step whose completion is its first event
+        needs no `steps` row: its event is its record, found by a replay in the order
+        of the history. One whose row exists (a start record, an earlier attempt) has
+        it brought up to date in the same commit."""
         base = self._step_payload(env.ctx, input_hash)
         payload = {**base, "result": outcome.result}
         if recovered:
             payload["recovered"] = True
         self._journal.write(
             [(EventType.STEP_COMPLETED, payload)],
-            steps=[self._record(base, StepStatus.COMPLETED)],
+            steps=[self._record(base, StepStatus.COMPLETED)] if has_row else (),
             messages=outcome.messages,
             blobs=outcome.blobs,
             files=outcome.files,
@@ -589,50 +621,82 @@ class Session:
         )
 
     def _recorded(self, position: int) -> StepRecord | None:
-        """The record at ``position``, read in windows of positions: replaying a long
-        session costs one query per window, not two per step."""
+        """The record at ``position``. Calls take positions in the order the history
+        recorded them, so a replay reads the events about steps in order, a window at a
+        time: one query per window, not per step."""
         if position >= self._recorded_until:
             return None
-        if position not in self._window:
-            stop = min(position + _REPLAY_WINDOW, self._recorded_until)
-            rows = self._journal.store.recorded_steps(self._journal.row, position, stop)
-            self._window = {record.position: (record, event) for record, event in rows}
+        while not self._scan_done and self._scanned_position <= position:
+            self._read_window(position)
         found = self._window.get(position)
         if found is None:
-            # Every position below the recorded ones got its row with its first event.
-            raise CheckpointError(
-                f"session {self.short_id}: the record of step position {position} is "
-                "missing from the steps table: the database was edited",
+            # Every position below the recorded ones has events about its step.
+            raise self._edited(
+                f"the record of step position {position} is missing from the history",
                 hint="refusing to run the step again; inspect with `acode resume --verify`",
-                code=ErrorCode.CHAIN_BROKEN,
             )
-        record, event = found
-        expected = _EVENT_OF_STATUS[record.status]
-        if event.type not in expected:
-            raise CheckpointError(
-                f"session {self.short_id}: step {record.step_id!r} is {record.status.value} "
-                f"in the steps table, but its event {event.seq} is {event.type.value}: "
-                "the database was edited",
-                hint="inspect with `acode resume --verify`",
-                code=ErrorCode.CHAIN_BROKEN,
+        record = found[0]
+        row = self._rows.get(position)
+        if row is not None and row != record:
+            raise self._edited(
+                f"step {row.step_id!r} is {row.status.value} in the steps table, but its "
+                f"events say {record.status.value} (event {record.event_seq})",
             )
         return record
 
-    def _outcome_event(self, record: StepRecord) -> Event:
+    def _read_window(self, position: int) -> None:
+        """The next window of events about steps, folded into their positions' records;
+        what is below ``position`` was replayed and is let go."""
+        store, row = self._journal.store, self._journal.row
+        events = store.step_events(row, self._scanned_seq, _REPLAY_WINDOW)
+        self._scan_done = len(events) < _REPLAY_WINDOW
+        window = {p: found for p, found in self._window.items() if p >= position}
+        for seq, event_type, payload_json in events:
+            status = step_status(event_type)
+            assert status is not None  # the store reads events about steps only
+            try:
+                payload = _object(payload_json)
+                record = step_record(status, seq, payload)
+            except (KeyError, TypeError, ValueError):
+                raise self._edited(f"event {seq} ({event_type}) names no step") from None
+            if record.position < self._scanned_position:
+                raise self._edited(f"event {seq} goes back to step position {record.position}")
+            window[record.position] = (record, event_type, payload)
+            self._scanned_seq, self._scanned_position = seq, record.position
+        self._window = window
+        self._rows = {
+            r.position: r for r in store.step_rows(row.sid, position, self._scanned_position)
+        }
+
+    def _edited(
+        self, what: str, hint: str = "inspect with `acode resume --verify`"
+    ) -> CheckpointError:
+        return CheckpointError(
+            f"session {self.short_id}: {what}: the database was edited",
+            hint=hint,
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+
+    def _outcome(self, record: StepRecord) -> tuple[str, dict[str, Any]]:
+        """The type and payload of the event holding ``record``'s outcome."""
         cached = self._window.get(record.position)
-        if cached is not None and cached[1].seq == record.event_seq:
-            return cached[1]
-        return self._journal.store.event(self._journal.row, record.event_seq)
+        if cached is not None and cached[0].event_seq == record.event_seq:
+            return cached[1], cached[2]
+        event = self._journal.store.event(self._journal.row, record.event_seq)
+        return event.type.value, event.payload
+
+    def _outcome_payload(self, record: StepRecord) -> dict[str, Any]:
+        return self._outcome(record)[1]
 
     def _recorded_result(self, record: StepRecord) -> Any:
-        return self._outcome_event(record).payload["result"]
+        return self._outcome_payload(record)["result"]
 
     def _started_record(self, record: StepRecord) -> dict[str, Any]:
-        event = self._outcome_event(record)
-        if event.type is EventType.STEP_ROLLED_BACK:
-            started: dict[str, Any] = event.payload["started"]
+        event_type, payload = self._outcome(record)
+        if event_type == EventType.STEP_ROLLED_BACK:
+            started: dict[str, Any] = payload["started"]
             return started
-        return event.payload
+        return payload
 
     def _recorded_decision(self, step_id: str, position: int, gate: str) -> dict[str, Any] | None:
         """The newest valid decision for this approval while what it approved is unchanged."""
@@ -661,18 +725,31 @@ class Session:
         return self._history
 
     def _notice(
-        self, position: int, step_id: str, kind: StepKind, task: str | None, title: str
-    ) -> Callable[..., StepNotice]:
+        self, position: int, step_id: str, kind: StepKind, task: str | None, title: str | None
+    ) -> Callable[..., None]:
+        """What tells the observer of a phase of this step; with no observer, nothing
+        (not even the notice) is made."""
+        observer = self.observer
+        if isinstance(observer, NullObserver):
+            return _ignore
         total = self.total_steps
 
-        def make(
-            phase: StepPhase, detail: str | None, duration_ms: int | None = None
-        ) -> StepNotice:
-            return StepNotice(
-                phase, position, step_id, kind.value, title, task, total, detail, duration_ms
+        def tell(phase: StepPhase, detail: str | None, duration_ms: int | None = None) -> None:
+            observer.on_step(
+                StepNotice(
+                    phase,
+                    position,
+                    step_id,
+                    kind.value,
+                    title or step_id,
+                    task,
+                    total,
+                    detail,
+                    duration_ms,
+                )
             )
 
-        return make
+        return tell
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -7,7 +7,6 @@ edit the database but not read that key cannot forge a checkpoint or an approval
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 from pathlib import Path
@@ -29,7 +28,9 @@ class Signer:
         self._key = key
 
     def sign(self, message: bytes) -> str:
-        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+        # The one-shot form: a checkpoint is signed at every step, and hmac.new costs
+        # several times as much.
+        return hmac.digest(self._key, message, "sha256").hex()
 
     def verify(self, message: bytes, signature: str) -> bool:
         return hmac.compare_digest(self.sign(message), signature)

@@ -32,16 +32,16 @@ class SessionRow:
 
 @dataclass(frozen=True)
 class CheckpointRow:
+    """A signed checkpoint: ``summary`` is the session's state at event ``seq``, whose
+    hash is ``head``. From schema 4 on it lives in that event's row and ``id`` is ``seq``;
+    older ones numbered theirs 1, 2, 3..., always below their ``seq``."""
+
     id: int
     seq: int
     summary: str
     head: bytes
-    signature: str
+    signature: str  # hex
     created_at: int
-
-    @property
-    def slot(self) -> int:
-        return self.id % 2
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,8 @@ class Commit:
     """Everything one transaction writes for a session: events and what they project to.
 
     A step's completion (event, step row, checkpoint, session row) is one Commit, so
-    after a crash either all of it is there or none of it.
+    after a crash either all of it is there or none of it. The checkpoint, when there
+    is one, is taken at the last event and written into its row.
     """
 
     events: Sequence[Event]

@@ -6,79 +6,95 @@ per call); reads never take the write lock.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from acode.domain.events import Event, EventType
-from acode.domain.reducer import StepRecord, StepStatus
+from acode.domain.reducer import (
+    STEP_EVENT_TYPES,
+    StepRecord,
+    StepStatus,
+    decode_summary,
+    step_record,
+    step_status,
+)
 from acode.errors import StorageError
 from acode.store.blobs import INSERT_BLOB, compress, get_blob
 from acode.store.connection import Durability, atomic, connect
 from acode.store.migrations import migrate
 from acode.store.records import CheckpointRow, Commit, FileRow, MessageRow, SessionRow
 
-__all__ = ["SqliteStore", "open_store"]
+__all__ = ["SqliteStore", "key", "open_store"]
 
-# The time and position of a session's last step live in its newest checkpoint.
+_SPAN = 1 << 32
+
+
+def key(sid: int, n: int) -> int:
+    """The rowid of a session's event ``n`` (its seq) or step ``n`` (its position)."""
+    return sid * _SPAN + n
+
+
+# The time and position of a session's last step live in its newest checkpoint, which
+# ``SqliteStore._session`` adds: the two NULLs are its current task and step.
 _SESSION_COLUMNS = (
-    "s.sid, s.id, s.title, s.state, s.workspace, s.parent_id, s.kind, s.config, s.config_hash,"
-    " s.created_at, max(s.updated_at, coalesce(c.created_at, 0)),"
-    " json_extract(c.summary, '$.current_task'), json_extract(c.summary, '$.current_step'),"
-    " s.archived"
-)
-_SESSIONS_WITH_CHECKPOINT = (
-    f"SELECT {_SESSION_COLUMNS} FROM sessions s LEFT JOIN checkpoints c ON c.sid = s.sid"
-    " AND c.id = (SELECT max(id) FROM checkpoints WHERE sid = s.sid)"
+    "sid, id, title, state, workspace, parent_id, kind, config, config_hash,"
+    " created_at, updated_at, NULL, NULL, archived"
 )
 INSERT_SESSION = (
     "INSERT INTO sessions (id, title, state, workspace, parent_id, kind, config, config_hash,"
     " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-SELECT_SESSION_BY_ID = f"{_SESSIONS_WITH_CHECKPOINT} WHERE s.id = ?"
+SELECT_SESSION_BY_ID = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?"
 SELECT_SESSIONS_BY_PREFIX = (
-    f"{_SESSIONS_WITH_CHECKPOINT} WHERE s.id >= ? AND s.id < ? ORDER BY s.id LIMIT 11"
+    f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id >= ? AND id < ? ORDER BY id LIMIT 11"
 )
-SELECT_SESSIONS = f"{_SESSIONS_WITH_CHECKPOINT} ORDER BY 11 DESC, s.id DESC"
+SELECT_SESSIONS = f"SELECT {_SESSION_COLUMNS} FROM sessions"
 SELECT_IDS_BETWEEN = "SELECT id FROM sessions WHERE id >= ? AND id < ?"
 UPDATE_SESSION = "UPDATE sessions SET state = ?, updated_at = ? WHERE sid = ?"
 ARCHIVE_SESSION = "UPDATE sessions SET archived = 1 WHERE sid = ?"
+# `events.id` and `steps.id` are sid * 2^32 + seq (or position), schema 4: a session's
+# rows are one range of the rowid, [key(sid, 0), key(sid + 1, 0)), read by seeks on it.
 INSERT_EVENT = (
-    "INSERT INTO events (sid, seq, event_id, ts, type, payload, hash) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (id, sid, seq, event_id, ts, type, payload, hash, checkpoint,"
+    " signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-SELECT_EVENTS_AFTER = (
-    "SELECT seq, event_id, ts, type, payload, hash FROM events WHERE sid = ? AND seq > ?"
-    " ORDER BY seq"
-)
-SELECT_EVENT = "SELECT seq, event_id, ts, type, payload, hash FROM events WHERE sid = ? AND seq = ?"
+_EVENT_COLUMNS = "seq, event_id, ts, type, payload, hash"
+SELECT_EVENTS_AFTER = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? AND id < ? ORDER BY id"
+SELECT_EVENT = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id = ?"
 SELECT_EVENTS_OF_TYPE = (
-    "SELECT seq, event_id, ts, type, payload, hash FROM events WHERE sid = ? AND type = ?"
-    " ORDER BY seq"
+    f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? AND id < ? AND type = ? ORDER BY id"
 )
 UPSERT_STEP = (
-    "INSERT INTO steps (sid, position, step_id, task_id, kind, status, attempt, input_hash,"
-    " event_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (sid, position) DO UPDATE SET status = excluded.status,"
+    "INSERT INTO steps (id, sid, position, step_id, task_id, kind, status, attempt,"
+    " input_hash, event_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (id) DO UPDATE SET status = excluded.status,"
     " attempt = excluded.attempt, input_hash = excluded.input_hash,"
     " event_seq = excluded.event_seq"
 )
 _STEP_COLUMNS = "position, step_id, kind, status, attempt, task_id, input_hash, event_seq"
-SELECT_STEPS_WITH_EVENTS = (
-    "SELECT s.position, s.step_id, s.kind, s.status, s.attempt, s.task_id, s.input_hash,"
-    " s.event_seq, e.seq, e.event_id, e.ts, e.type, e.payload, e.hash"
-    " FROM steps s JOIN events e ON e.sid = s.sid AND e.seq = s.event_seq"
-    " WHERE s.sid = ? AND s.position >= ? AND s.position < ? ORDER BY s.position"
+# The events about steps, in order: folded, they are the steps' records (schema 4 writes
+# a `steps` row only for a step that needs one, see Session._finish).
+SELECT_STEP_EVENTS = (
+    "SELECT seq, type, payload FROM events WHERE id > ? AND id < ?"
+    f" AND type IN ({', '.join(repr(str(t)) for t in sorted(STEP_EVENT_TYPES))})"
+    " ORDER BY id LIMIT ?"
 )
 SELECT_UNFINISHED_STEPS = (
-    f"SELECT {_STEP_COLUMNS} FROM steps WHERE sid = ?"
-    " AND status IN ('in_progress', 'rolled_back', 'failed') ORDER BY position"
+    f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id < ?"
+    " AND status IN ('in_progress', 'rolled_back', 'failed') ORDER BY id"
 )
 HAS_MESSAGES = "SELECT 1 FROM messages WHERE sid = ? LIMIT 1"
-SELECT_STEPS = f"SELECT {_STEP_COLUMNS} FROM steps WHERE sid = ? ORDER BY position"
-UPSERT_CHECKPOINT = (
-    "INSERT OR REPLACE INTO checkpoints (sid, slot, id, seq, summary, head, signature, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_STEPS_BETWEEN = f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id <= ? ORDER BY id"
+# The two newest checkpoints in event rows (a reverse seek), after those of the old table.
+# Read as bytes: an edited value of any type must fail its signature, not the read.
+SELECT_EVENT_CHECKPOINTS = (
+    "SELECT seq, CAST(checkpoint AS BLOB), hash, CAST(signature AS BLOB), ts FROM events"
+    " WHERE id > ? AND id < ? AND checkpoint IS NOT NULL ORDER BY id DESC LIMIT 2"
 )
+# What versions before schema 4 wrote: two slots per session, read, never written.
 SELECT_CHECKPOINTS = (
     "SELECT id, seq, summary, head, signature, created_at FROM checkpoints WHERE sid = ?"
     " ORDER BY id DESC"
@@ -102,24 +118,29 @@ def open_store(path: Path, durability: Durability = "full") -> SqliteStore:
     return SqliteStore(conn, path)
 
 
-def _session(row: tuple[object, ...]) -> SessionRow:
-    values = list(row)
-    values[-1] = bool(values[-1])
-    return SessionRow(*values)  # type: ignore[arg-type]
+_STATUS = {status.value: status for status in StepStatus}
 
 
-def _step(row: tuple[object, ...]) -> StepRecord:
+def _step(row: tuple[Any, ...]) -> StepRecord:
+    # Positional and a dict for the status: a replay builds one of these per step.
     position, step_id, kind, status, attempt, task_id, input_hash, seq = row
-    return StepRecord(
-        position=int(position),  # type: ignore[call-overload]
-        step_id=str(step_id),
-        kind=str(kind),
-        status=StepStatus(str(status)),
-        attempt=int(attempt),  # type: ignore[call-overload]
-        task_id=task_id,  # type: ignore[arg-type]
-        input_hash=input_hash,  # type: ignore[arg-type]
-        event_seq=int(seq),  # type: ignore[call-overload]
-    )
+    return StepRecord(position, step_id, kind, _STATUS[status], attempt, task_id, input_hash, seq)
+
+
+def _signature(value: bytes | None) -> str:
+    """A stored signature as the signer writes it (hex); a missing one as nothing,
+    which fails verification."""
+    return "" if value is None else value.hex()
+
+
+def _current(cp: CheckpointRow, title: str) -> tuple[str | None, str | None]:
+    """The task and step a checkpoint was taken at; (None, None) when it is unreadable,
+    which loading the session reports (a list of sessions still shows the others)."""
+    try:
+        summary = decode_summary(cp.summary, title=title, seq=cp.seq)
+    except (ValueError, TypeError, KeyError):
+        return None, None
+    return summary.current_task, summary.current_step
 
 
 class SqliteStore:
@@ -169,12 +190,31 @@ class SqliteStore:
         row = self.conn.execute(SELECT_SESSION_BY_ID, (session_id,)).fetchone()
         if row is None:
             raise StorageError(f"session {session_id} is not in {self.path}")
-        return replace(_session(row), short_id=self.short_id(session_id))
+        return replace(self._session(row), short_id=self.short_id(session_id))
+
+    def _session(self, row: tuple[Any, ...]) -> SessionRow:
+        """A sessions row with the time, task and step of its newest checkpoint."""
+        values = list(row)
+        values[-1] = bool(values[-1])
+        session = SessionRow(*values)
+        checkpoints = self.checkpoints(session.sid)
+        if not checkpoints:
+            return session
+        newest = checkpoints[0]
+        task, step = _current(newest, session.title)
+        return replace(
+            session,
+            updated_at=max(session.updated_at, newest.created_at),
+            current_task=task,
+            current_step=step,
+        )
 
     def sessions_with_prefix(self, prefix: str) -> list[SessionRow]:
         """Sessions whose id starts with ``prefix`` (at most 11, enough to say "ambiguous")."""
         upper = prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else "\U0010ffff"
-        rows = [_session(r) for r in self.conn.execute(SELECT_SESSIONS_BY_PREFIX, (prefix, upper))]
+        rows = [
+            self._session(r) for r in self.conn.execute(SELECT_SESSIONS_BY_PREFIX, (prefix, upper))
+        ]
         return [replace(r, short_id=self.short_id(r.id)) for r in rows]
 
     def short_id(self, session_id: str) -> str:
@@ -190,7 +230,8 @@ class SqliteStore:
         """All sessions, most recently updated first."""
         from acode.domain.ids import abbreviations
 
-        rows = [_session(r) for r in self.conn.execute(SELECT_SESSIONS)]
+        rows = [self._session(r) for r in self.conn.execute(SELECT_SESSIONS).fetchall()]
+        rows.sort(key=lambda r: (r.updated_at, r.id), reverse=True)
         short = abbreviations([r.id for r in rows])
         return [replace(r, short_id=short[r.id]) for r in rows]
 
@@ -212,17 +253,25 @@ class SqliteStore:
             conn.executemany(
                 INSERT_BLOB, [(sha, len(data), compress(data)) for sha, data in c.blobs]
             )
-        conn.executemany(
-            INSERT_EVENT,
-            [
-                (sid, e.seq, e.event_id, e.ts_us, e.type.value, e.payload_json, e.hash)
-                for e in c.events
-            ],
-        )
+        rows: list[tuple[object, ...]] = []
+        for e in c.events:
+            rowid = key(sid, e.seq)
+            rows.append((rowid, sid, e.seq, e.event_id, e.ts_us, e.type.value, e.payload_json))
+            rows[-1] += (e.hash, None, None)  # no checkpoint here: see below
+        k = c.checkpoint
+        if k is not None:
+            # A checkpoint is taken at the write's last event and goes into its row.
+            assert k.seq == c.events[-1].seq
+            rows[-1] = (*rows[-1][:8], k.summary, bytes.fromhex(k.signature))
+        if len(rows) == 1:
+            conn.execute(INSERT_EVENT, rows[0])  # a step's completion: no executemany set-up
+        else:
+            conn.executemany(INSERT_EVENT, rows)
         for s in c.steps:
             conn.execute(
                 UPSERT_STEP,
                 (
+                    key(sid, s.position),
                     sid,
                     s.position,
                     s.step_id,
@@ -244,12 +293,6 @@ class SqliteStore:
                 UPSERT_FILE,
                 [(sid, f.path, f.sha256, f.size, f.mtime_ns, seq) for f in c.files],
             )
-        if c.checkpoint is not None:
-            k = c.checkpoint
-            conn.execute(
-                UPSERT_CHECKPOINT,
-                (sid, k.slot, k.id, k.seq, k.summary, k.head, k.signature, k.created_at),
-            )
         if c.state is not None:
             conn.execute(UPDATE_SESSION, (c.state, c.updated_at, sid))
         if c.archive:
@@ -270,41 +313,66 @@ class SqliteStore:
         )
 
     def events(self, session: SessionRow, after_seq: int = 0) -> list[Event]:
-        rows = self.conn.execute(SELECT_EVENTS_AFTER, (session.sid, after_seq)).fetchall()
+        bounds = (key(session.sid, after_seq), key(session.sid + 1, 0))
+        rows = self.conn.execute(SELECT_EVENTS_AFTER, bounds).fetchall()
         return [self._event(session.id, r) for r in rows]
 
     def event(self, session: SessionRow, seq: int) -> Event:
-        row = self.conn.execute(SELECT_EVENT, (session.sid, seq)).fetchone()
+        row = self.conn.execute(SELECT_EVENT, (key(session.sid, seq),)).fetchone()
         if row is None:
             raise StorageError(f"session {session.short_id or session.id} has no event {seq}")
         return self._event(session.id, row)
 
     def events_of_type(self, session: SessionRow, type_: EventType) -> list[Event]:
-        rows = self.conn.execute(SELECT_EVENTS_OF_TYPE, (session.sid, type_.value)).fetchall()
+        bounds = (key(session.sid, 0), key(session.sid + 1, 0))
+        rows = self.conn.execute(SELECT_EVENTS_OF_TYPE, (*bounds, type_.value)).fetchall()
         return [self._event(session.id, r) for r in rows]
 
-    def recorded_steps(
-        self, session: SessionRow, start: int, stop: int
-    ) -> list[tuple[StepRecord, Event]]:
-        """Step rows at positions [start, stop) with the events holding their outcome,
-        in one query: replaying a long session reads it in windows, not row by row."""
-        rows = self.conn.execute(SELECT_STEPS_WITH_EVENTS, (session.sid, start, stop))
-        return [(_step(r[:8]), self._event(session.id, r[8:])) for r in rows]
+    def step_events(
+        self, session: SessionRow, after_seq: int, limit: int
+    ) -> list[tuple[int, str, str]]:
+        """Up to ``limit`` events about steps after ``after_seq``, as (seq, type, payload
+        JSON), in order: a replay reads a long session in windows, not row by row."""
+        bounds = (key(session.sid, after_seq), key(session.sid + 1, 0))
+        return self.conn.execute(SELECT_STEP_EVENTS, (*bounds, limit)).fetchall()
 
     def unfinished_steps(self, sid: int) -> list[StepRecord]:
         """Steps that did not complete: in progress, rolled back for a retry, or failed."""
-        return [_step(r) for r in self.conn.execute(SELECT_UNFINISHED_STEPS, (sid,))]
+        bounds = (key(sid, 0), key(sid + 1, 0))
+        return [_step(r) for r in self.conn.execute(SELECT_UNFINISHED_STEPS, bounds)]
 
     def has_messages(self, sid: int) -> bool:
         return self.conn.execute(HAS_MESSAGES, (sid,)).fetchone() is not None
 
     def steps(self, sid: int) -> list[StepRecord]:
-        return [_step(r) for r in self.conn.execute(SELECT_STEPS, (sid,))]
+        """Every step's record, by position: the events folded, since a step that
+        completed in its first write has no row in `steps` (schema 4)."""
+        records: dict[int, StepRecord] = {}
+        bounds = (key(sid, 0), key(sid + 1, 0), -1)  # LIMIT -1: all of them
+        for seq, type_, payload in self.conn.execute(SELECT_STEP_EVENTS, bounds):
+            status = step_status(type_)
+            assert status is not None  # the query asks for step events only
+            record = step_record(status, seq, json.loads(payload))
+            records[record.position] = record
+        return [records[p] for p in sorted(records)]
+
+    def step_rows(self, sid: int, first: int = 0, last: int = _SPAN - 1) -> list[StepRecord]:
+        """The rows of the `steps` table at positions [first, last]: those of the steps
+        that have a start record, were retried, failed or await an approval."""
+        bounds = (key(sid, first), key(sid, last))
+        return [_step(r) for r in self.conn.execute(_STEPS_BETWEEN, bounds)]
 
     def checkpoints(self, sid: int) -> list[CheckpointRow]:
-        """The kept checkpoints, newest first."""
-        rows = self.conn.execute(SELECT_CHECKPOINTS, (sid,)).fetchall()
-        return [CheckpointRow(*r) for r in rows]
+        """The checkpoints to load from, newest first: the two newest written into event
+        rows, then those an older acode kept in the `checkpoints` table."""
+        old = [CheckpointRow(*r) for r in self.conn.execute(SELECT_CHECKPOINTS, (sid,))]
+        after = old[0].seq if old else 0
+        bounds = (key(sid, after), key(sid + 1, 0))
+        rows = self.conn.execute(SELECT_EVENT_CHECKPOINTS, bounds).fetchall()
+        return [
+            CheckpointRow(seq, seq, summary.decode(errors="replace"), head, _signature(sig), ts)
+            for seq, summary, head, sig, ts in rows
+        ] + old
 
     def files(self, sid: int) -> list[FileRow]:
         """The files the session read or wrote, as it last saw them."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from acode.domain.events import Event, EventType
 from acode.store.connection import atomic
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore
+from acode.store.sqlite_store import SqliteStore, key
 
 __all__ = ["Backlog", "SyncLedger", "SyncStateRow"]
 
@@ -21,13 +21,15 @@ SELECT_STATE = (
     "SELECT remote_id, synced_seq, last_attempt, last_success, last_error, next_retry,"
     " failures, down_since FROM sync_state WHERE sid = ?"
 )
-SELECT_LAST_SEQ = "SELECT max(seq) FROM events WHERE sid = ?"
+# A session's events are the rowid range [key(sid, 0), key(sid + 1, 0)) (schema 4).
+SELECT_LAST_SEQ = "SELECT seq FROM events WHERE id > ? AND id < ? ORDER BY id DESC LIMIT 1"
 SELECT_PENDING = (
-    "SELECT seq, event_id, ts, type, payload, hash FROM events WHERE sid = ? AND seq > ?"
-    " ORDER BY seq LIMIT ?"
+    "SELECT seq, event_id, ts, type, payload, hash FROM events WHERE id > ? AND id < ?"
+    " ORDER BY id LIMIT ?"
 )
 SELECT_BACKLOG = (
-    "SELECT s.id, (SELECT max(seq) FROM events e WHERE e.sid = s.sid), st.remote_id,"
+    "SELECT s.id, (SELECT e.seq FROM events e WHERE e.id > s.sid * 4294967296"
+    " AND e.id < (s.sid + 1) * 4294967296 ORDER BY e.id DESC LIMIT 1), st.remote_id,"
     " coalesce(st.synced_seq, 0) FROM sessions s LEFT JOIN sync_state st ON st.sid = s.sid"
     " ORDER BY s.id"
 )
@@ -97,8 +99,8 @@ class SyncLedger:
         return SyncStateRow(*row) if row else SyncStateRow()
 
     def last_seq(self, sid: int) -> int:
-        (seq,) = self.store.conn.execute(SELECT_LAST_SEQ, (sid,)).fetchone()
-        return int(seq or 0)
+        row = self.store.conn.execute(SELECT_LAST_SEQ, (key(sid, 0), key(sid + 1, 0))).fetchone()
+        return 0 if row is None else int(row[0])
 
     def backlog(self) -> list[Backlog]:
         """Every session of the database, in id order."""
@@ -109,7 +111,8 @@ class SyncLedger:
 
     def pending(self, session: SessionRow, after_seq: int, limit: int) -> list[Event]:
         """Up to ``limit`` events after ``after_seq``, in seq order."""
-        rows = self.store.conn.execute(SELECT_PENDING, (session.sid, after_seq, limit))
+        bounds = (key(session.sid, after_seq), key(session.sid + 1, 0))
+        rows = self.store.conn.execute(SELECT_PENDING, (*bounds, limit))
         return [
             Event(session.id, int(seq), str(eid), int(ts), EventType(str(t)), str(p), bytes(h))
             for seq, eid, ts, t, p, h in rows

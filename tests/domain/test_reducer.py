@@ -25,6 +25,7 @@ from acode.domain.reducer import (
     SessionSummary,
     StepRecord,
     StepStatus,
+    decode_summary,
     fold,
     fold_all,
     fold_step,
@@ -253,10 +254,16 @@ def test_folding_on_from_any_checkpoint_equals_folding_everything(
         summary = fold(summary, event)
         assert summary.seq == event.seq
         data = summary.to_dict()
-        assert data["v"] == SUMMARY_VERSION
+        assert data["v"] == 1
         assert SessionSummary.from_dict(data) == summary
         resumed = via_json(summary)
         assert resumed == summary
+        # The form checkpoints store (version 2) leaves out the title and seq.
+        stored = summary.encode()
+        assert json.loads(stored)[0] == SUMMARY_VERSION
+        assert decode_summary(stored, title="other", seq=7).title == "other"
+        assert decode_summary(stored, title=summary.title, seq=summary.seq) == summary
+        assert decode_summary(canonical_json(data), title="other", seq=0) == summary
         for later in history.events[cut:]:
             resumed = fold(resumed, later)
         assert resumed == whole
@@ -459,3 +466,29 @@ def test_fold_step_follows_a_retried_step_through_its_attempts() -> None:
         (StepStatus.IN_PROGRESS, 2),
         (StepStatus.COMPLETED, 2),
     ]
+
+
+@given(
+    st.text(),
+    st.none() | st.text(),
+    st.none() | st.integers(0, 2**40),
+    st.booleans(),
+)
+def test_the_stored_summary_is_json_whatever_its_texts(
+    text: str, other: str | None, total: int | None, discarded: bool
+) -> None:
+    summary = SessionSummary(
+        title=text,
+        state=S.PAUSED,
+        seq=9,
+        resume_state=S.EXECUTING,
+        total_steps=total,
+        current_task=other,
+        current_step=text,
+        reason=text,
+        discarded=discarded,
+        plan_hash=other,
+    )
+    stored = summary.encode()
+    assert json.loads(stored)[:2] == [SUMMARY_VERSION, "PAUSED"]
+    assert decode_summary(stored, title=text, seq=9) == summary

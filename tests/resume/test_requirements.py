@@ -30,6 +30,8 @@ import pytest
 
 import acode
 from acode.domain.config import AcodeConfig, ModelSettings
+from acode.domain.idempotency import generate
+from acode.domain.reducer import decode_summary
 from acode.errors import (
     ApprovalPending,
     CheckpointError,
@@ -280,7 +282,7 @@ def test_state_recovery(cli: Cli) -> None:
         preview, status = cli.many(
             [["resume", session, "--dry-run", "--json"], ["status", session, "--json"]]
         )
-        (last_checkpoint,) = _query(ws, "SELECT max(id) FROM checkpoints")[0]
+        (last_checkpoint,) = _query(ws, "SELECT max(seq) FROM events WHERE checkpoint NOTNULL")[0]
         data, row = preview.json(), status.json()
         assert (row["state"], row["steps_completed"], row["total_steps"]) == ("PAUSED", 3, 5)
         assert (row["title"], row["resumes"]) == ("Colours", 1)
@@ -318,32 +320,42 @@ def test_checkpoint_identification(cli: Cli) -> None:
         s = acode.open_session("checkpoints", workspace=ws, config=config)
         for step_id in ("a", "b"):
             s.step(step_id, lambda ctx: ctx.step_id, task="work")
-            (_, cp_seq, summary), *older = _query(
-                ws, "SELECT id, seq, summary FROM checkpoints ORDER BY id DESC"
+            # The checkpoint is in the row of the step's completion, signed.
+            (cp_seq, summary, signature), *_ = _query(
+                ws,
+                "SELECT seq, checkpoint, signature FROM events WHERE checkpoint NOTNULL"
+                " ORDER BY seq DESC",
             )
             (last_seq, last_type), *_ = _query(
                 ws, "SELECT seq, type FROM events ORDER BY seq DESC LIMIT 1"
             )
             assert (cp_seq, last_type) == (last_seq, "step_completed")
-            assert len(older) <= 1  # two slots, however long the session
-            state = json.loads(summary)
-            assert (state["current_task"], state["current_step"]) == ("work", step_id)
-            assert state["next_position"] == state["steps_completed"] == "ab".index(step_id) + 1
+            assert len(signature) == 32
+            # O(1) in size: a fixed list of counters and names, never the history.
+            state = decode_summary(summary, title="checkpoints", seq=cp_seq)
+            assert len(summary) < 120
+            assert (state.current_task, state.current_step) == ("work", step_id)
+            assert state.next_position == state.steps_completed == "ab".index(step_id) + 1
         fake.script(["noted"])
         s.model("ask", "Remember this.")
         s.close()
-    (cp_seq,) = _query(ws, "SELECT max(seq) FROM checkpoints")[0]
-    (step_seq,) = _query(ws, "SELECT event_seq FROM steps WHERE step_id = 'ask'")[0]
+    (cp_seq,) = _query(ws, "SELECT max(seq) FROM events WHERE checkpoint NOTNULL")[0]
+    (step_seq,) = _query(
+        ws, "SELECT seq FROM events WHERE type = 'step_completed' AND payload LIKE '%\"ask\"%'"
+    )[0]
     messages = _query(ws, "SELECT role, seq FROM messages ORDER BY idx")
-    # The result, its step row, the conversation and the checkpoint: one commit.
+    # The result (its event is its step's record), the conversation and the checkpoint
+    # (in the same row): one commit.
     assert messages == [("user", cp_seq), ("assistant", cp_seq)]
     assert step_seq == cp_seq
 
-    newest, previous = _query(ws, "SELECT id FROM checkpoints ORDER BY id DESC")
-    _tamper(ws, "UPDATE checkpoints SET signature = 'damaged' WHERE id = ?", newest[0])
+    newest, previous = _query(
+        ws, "SELECT seq FROM events WHERE checkpoint NOTNULL ORDER BY seq DESC LIMIT 2"
+    )
+    _tamper(ws, "UPDATE events SET signature = x'00' WHERE seq = ?", newest[0])
     preview = cli("resume", s.id, "--dry-run", "--json").json()
     assert preview["checkpoint_id"] == previous[0]  # the newest valid one
-    _tamper(ws, "UPDATE checkpoints SET signature = 'forged'")
+    _tamper(ws, "UPDATE events SET signature = 'forged' WHERE checkpoint NOTNULL")
     before = _snapshot(ws)
     refused = cli("resume", s.id, expect=1)
     assert refused.flat_err.startswith(
@@ -509,7 +521,8 @@ def test_idempotency(cli: Cli) -> None:
         ["p1", "w", "p2", "nap", "p3"], "completed"
     )
     completed = {p["step"]: p for t, p in _events_of(ws, session) if t == "step_completed"}
-    assert {step: p["key"] for step, p in completed.items()} == {
+    # An event records the key's parts (session, step, attempt), not the key itself.
+    assert {step: generate(session, step, p["attempt"]) for step, p in completed.items()} == {
         step: f"acode:v1:{session}:{step}:{2 if step == 'nap' else 1}"
         for step in ("p1", "w", "p2", "nap", "p3")
     }
@@ -554,7 +567,8 @@ def test_deterministic_replay(cli: Cli) -> None:
     (last,) = _query(ws, "SELECT max(seq) FROM events")[0]
     _tamper(
         ws,
-        "INSERT INTO events SELECT sid, seq + 1, event_id, ts + 1, type, payload, hash"
+        "INSERT INTO events (id, sid, seq, event_id, ts, type, payload, hash)"
+        " SELECT id + 1, sid, seq + 1, event_id, ts + 1, type, payload, hash"
         " FROM events WHERE seq = ?",
         last,
     )

@@ -51,7 +51,8 @@ def test_an_edited_event_after_the_checkpoint_is_refused(workspace: Path) -> Non
         )
         # Append a forged event after the checkpoint too.
         conn.execute(
-            "INSERT INTO events SELECT sid, seq + 1, event_id, ts, type, payload, hash FROM events"
+            "INSERT INTO events (id, sid, seq, event_id, ts, type, payload, hash)"
+            " SELECT id + 1, sid, seq + 1, event_id, ts, type, payload, hash FROM events"
             " WHERE seq = ?",
             (last,),
         )
@@ -81,7 +82,7 @@ def test_an_edited_old_event_is_found_by_full_verification(workspace: Path) -> N
 def test_a_forged_checkpoint_signature_is_refused(workspace: Path) -> None:
     sid = _paused_session(workspace)
     with _raw(workspace) as conn:
-        conn.execute("UPDATE checkpoints SET signature = 'forged'")
+        conn.execute("UPDATE events SET signature = randomblob(32) WHERE checkpoint IS NOT NULL")
     with pytest.raises(CheckpointError, match="signature does not match") as info:
         acode.resume_session(sid, workspace=workspace)
     assert info.value.code is ErrorCode.CHECKPOINT_INVALID
@@ -91,8 +92,8 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(workspace: P
     sid = _paused_session(workspace)
     with _raw(workspace) as conn:
         conn.execute(
-            "UPDATE checkpoints SET signature = 'damaged'"
-            " WHERE id = (SELECT max(id) FROM checkpoints)"
+            "UPDATE events SET signature = 'damaged'"
+            " WHERE seq = (SELECT max(seq) FROM events WHERE checkpoint IS NOT NULL)"
         )
     with acode.resume_session(sid, workspace=workspace) as r:
         assert r.steps_completed == 3
@@ -153,9 +154,16 @@ def test_full_verification_replays_every_kind_of_history(workspace: Path) -> Non
 
 
 def test_resume_verify_refuses_a_history_that_does_not_replay(workspace: Path) -> None:
-    sid = _paused_session(workspace)
+    s = acode.open_session("t", workspace=workspace)
+    s.write("w", "a.txt", "one\n")  # a start record, so a row in the steps table
+    s.pause("test")
+    s.close()
+    sid = s.id
     with _raw(workspace) as conn:
-        conn.execute("UPDATE steps SET status = 'failed' WHERE step_id = 's1'")
+        assert conn.execute("UPDATE steps SET status = 'failed' WHERE step_id = 'w'").rowcount
+    with pytest.raises(CheckpointError, match="steps table"):
+        with acode.resume_session(sid, workspace=workspace) as r:  # the replay checks rows
+            r.write("w", "a.txt", "one\n")
     acode.resume_session(sid, workspace=workspace).close()  # the fast path trusts the checkpoint
     with pytest.raises(CheckpointError, match="diverges"):
         acode.resume_session(sid, workspace=workspace, verify=True)

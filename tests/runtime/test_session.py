@@ -115,6 +115,19 @@ def test_results_must_be_json(workspace: Path) -> None:
     s.close()
 
 
+def test_a_live_call_returns_the_json_form_as_a_replay_does(workspace: Path) -> None:
+    cycle: list[object] = []
+    cycle.append(cycle)
+    s = acode.open_session("t", workspace=workspace)
+    as_given = {"a": [1, 2.5, None, True, "x"], "b": {"c": -0.0}}
+    assert s.step("plain", lambda ctx: as_given) == as_given
+    converted = {"t": [1, 2], "n": {"3": "int key"}}
+    assert s.step("tuple", lambda ctx: {"t": (1, 2), "n": {3: "int key"}}) == converted
+    with pytest.raises(StepFailedError, match="cannot be recorded as JSON"):
+        s.step("cycle", lambda ctx: cycle)
+    s.close()
+
+
 def test_a_failing_step_fails_the_session_and_is_recorded(workspace: Path) -> None:
     def boom(ctx: acode.StepContext) -> None:
         raise ValueError("no good")

@@ -107,6 +107,6 @@ class StepAction(Protocol):
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery: ...
 
-    def value(self, env: StepEnv, result: Any) -> Any:
-        """What the caller gets back, from the recorded result."""
+    def value(self, store: SqliteStore, result: Any) -> Any:
+        """What the caller gets back, from the recorded result (and the blobs it names)."""
         ...

@@ -15,6 +15,7 @@ from typing import Any
 from acode.domain.plan import StepKind
 from acode.domain.usage import call_cost
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
+from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["ChatStep"]
 
@@ -59,5 +60,5 @@ class ChatStep:
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         return Recovery(RecoveryAction.RETRY, "an unanswered request is sent again")
 
-    def value(self, env: StepEnv, result: Any) -> dict[str, Any]:
+    def value(self, store: SqliteStore, result: Any) -> dict[str, Any]:
         return dict(result)

@@ -8,7 +8,7 @@ commit step never commits twice and needs no start record.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acode.domain.idempotency import step_prefix
 from acode.domain.plan import StepKind
@@ -21,6 +21,9 @@ from acode.runtime.git import (
 )
 from acode.runtime.orphans import SESSION_ENV
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
+
+if TYPE_CHECKING:
+    from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["TRAILER", "CommitStep"]
 
@@ -62,5 +65,5 @@ class CommitStep:
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         return Recovery(RecoveryAction.RETRY, "commits are found by their trailer")
 
-    def value(self, env: StepEnv, result: Any) -> str:
+    def value(self, store: SqliteStore, result: Any) -> str:
         return str(result["sha"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acode.domain.plan import StepKind
 from acode.errors import StepFailedError
@@ -17,6 +17,9 @@ from acode.runtime.files import (
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 from acode.runtime.workspace import StatePaths
 from acode.store.records import FileRow
+
+if TYPE_CHECKING:
+    from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["EditStep", "ReadStep", "WriteStep", "observe", "restore_image", "write_file"]
 
@@ -85,8 +88,8 @@ class ReadStep:
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         return Recovery(RecoveryAction.RETRY, "reads are simply read again")
 
-    def value(self, env: StepEnv, result: Any) -> str:
-        return env.store.blob(result["sha256"]).decode("utf-8", errors="replace")
+    def value(self, store: SqliteStore, result: Any) -> str:
+        return store.blob(result["sha256"]).decode("utf-8", errors="replace")
 
 
 class _Replace:
@@ -145,7 +148,7 @@ class _Replace:
             restored=(self.path,),
         )
 
-    def value(self, env: StepEnv, result: Any) -> dict[str, Any]:
+    def value(self, store: SqliteStore, result: Any) -> dict[str, Any]:
         return dict(result)
 
 

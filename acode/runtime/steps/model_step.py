@@ -8,11 +8,14 @@ answer is never requested again; an unanswered request is simply sent again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acode.domain.plan import StepKind
 from acode.domain.usage import call_cost
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
+
+if TYPE_CHECKING:
+    from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["ModelStep"]
 
@@ -53,5 +56,5 @@ class ModelStep:
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         return Recovery(RecoveryAction.RETRY, "an unanswered request is sent again")
 
-    def value(self, env: StepEnv, result: Any) -> str:
+    def value(self, store: SqliteStore, result: Any) -> str:
         return str(result["content"])

@@ -7,13 +7,15 @@ it twice would do harm; resume then refuses to run it again on its own.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from acode.domain.events import canonical_json
 from acode.domain.plan import StepKind
@@ -26,6 +28,9 @@ from acode.runtime.steps.base import (
     StepContext,
     StepEnv,
 )
+
+if TYPE_CHECKING:
+    from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["PythonStep", "StepFunction", "import_step_function", "python_step"]
 
@@ -66,6 +71,21 @@ def import_step_function(target: str, workspace: Path) -> StepFunction:
     return fn  # type: ignore[no-any-return]
 
 
+def _json_form(value: Any) -> bool:
+    """Whether ``value`` is its own JSON form (decoding its JSON gives an equal value of
+    the same types): no tuple, no non-string key, no float that JSON cannot hold."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is list:
+        return all(_json_form(item) for item in value)
+    if kind is dict:
+        return all(type(k) is str and _json_form(v) for k, v in value.items())
+    return False
+
+
 @dataclass(frozen=True)
 class PythonStep:
     fn: StepFunction = field(compare=False)
@@ -84,6 +104,9 @@ class PythonStep:
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
         result = self.fn(env.ctx)
+        with contextlib.suppress(RecursionError):  # a cycle: the encoder names it below
+            if _json_form(result):
+                return Outcome(result)  # already what a replay returns: no round trip
         try:
             # Live and replayed calls must return the same thing: the JSON form.
             return Outcome(json.loads(canonical_json(result)))
@@ -103,5 +126,5 @@ class PythonStep:
             "to run it again",
         )
 
-    def value(self, env: StepEnv, result: Any) -> Any:
+    def value(self, store: SqliteStore, result: Any) -> Any:
         return result

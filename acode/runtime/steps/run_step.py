@@ -10,7 +10,7 @@ instead: a private commit under ``refs/acode/`` (see :mod:`acode.runtime.git`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acode.domain.plan import StepKind
 from acode.errors import StepFailedError
@@ -27,6 +27,9 @@ from acode.runtime.process import CommandResult, run_command
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 from acode.runtime.steps.file_steps import observe, restore_image
 from acode.runtime.workspace import StatePaths
+
+if TYPE_CHECKING:
+    from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["RunStep"]
 
@@ -137,7 +140,7 @@ class RunStep:
             restored=tuple(changed),
         )
 
-    def value(self, env: StepEnv, result: Any) -> CommandResult | dict[str, Any]:
+    def value(self, store: SqliteStore, result: Any) -> CommandResult | dict[str, Any]:
         if "stdout" in result:
             return CommandResult.from_json(result)
         return dict(result)

@@ -34,8 +34,11 @@ Workspace_ = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
-TaskId = Annotated[str, typer.Argument(help="The task id, e.g. task-001.")]
-WsessionId = Annotated[str, typer.Argument(help="The work session id (its cookie) or a prefix.")]
+TaskId = Annotated[str, typer.Argument(help="The task id, e.g. task-001.", metavar="TASK")]
+WsessionId = Annotated[
+    str,
+    typer.Argument(help="The work session id (its cookie) or a prefix.", metavar="WSESSION"),
+]
 Engine = Annotated[
     str | None,
     typer.Option(

@@ -214,6 +214,12 @@ def set_setting(workspace: Path, key: str, value: str) -> AcodeConfig:
             f"{key}: not a setting `acode settings` changes; it changes {', '.join(SETTABLE)}",
             hint="edit .agent/config.yml for the others (docs/configuration.md)",
         )
+    try:  # the value alone first: its error names the setting, not the whole file
+        parse_config({key: value}, "acode settings set")
+    except ConfigError as exc:
+        raise ConfigError(
+            exc.message, hint="give one of the values named; nothing was written"
+        ) from exc
     path = workspace / CONFIG_RELATIVE
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     line = f"{key}: {value}"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from acode.cli.console import emit_json, out_console
+from acode.cli.console import count, emit_json, out_console
 
 if TYPE_CHECKING:
     from acode.domain.work import Task, WorkSession
@@ -59,6 +59,14 @@ def _ws(option: Path | None) -> Workspace:
     return ws
 
 
+def _listing(rows: list[Any], as_json: bool, empty: str) -> None:
+    """A list command's output: JSON rows, text lines, or what to do when there are none."""
+    if as_json:
+        emit_json(rows)
+    else:
+        _say(rows or [empty])
+
+
 def _say(lines: list[str]) -> None:
     console = out_console()
     for line in lines:
@@ -97,12 +105,11 @@ def task_list(workspace: Workspace_ = None, as_json: Json = False) -> None:
     from acode.work.tasks import list_tasks
 
     tasks = list_tasks(_ws(workspace))
-    if as_json:
-        emit_json([t.to_dict() for t in tasks])
-    elif not tasks:
-        _say(['No tasks yet. Add one: acode task add "Implement feature X"'])
-    else:
-        _say([_task_line(t) for t in tasks])
+    _listing(
+        [t.to_dict() for t in tasks] if as_json else [_task_line(t) for t in tasks],
+        as_json,
+        'No tasks yet. Add one: acode task add "Implement feature X"',
+    )
 
 
 @task_app.command("show")
@@ -394,18 +401,16 @@ def work_list(workspace: Workspace_ = None, as_json: Json = False) -> None:
     from acode.work.sessions import list_work_sessions
 
     sessions = list_work_sessions(_ws(workspace))
-    if as_json:
-        emit_json([w.to_dict() for w in sessions])
-    elif not sessions:
-        _say(["No work sessions yet. Start one: acode work task task-001"])
-    else:
-        _say(
-            [
-                f"{w.id}  {w.status:<6}  {w.task_id}  {w.engine:<7}  "
-                f"{len(w.breadcrumbs)} breadcrumbs  {len(w.subtasks)} subtasks"
-                for w in sessions
-            ]
-        )
+    lines = [
+        f"{w.id}  {w.status:<6}  {w.task_id}  {w.engine:<7}  "
+        f"{count(len(w.breadcrumbs), 'breadcrumb')}  {count(len(w.subtasks), 'subtask')}"
+        for w in sessions
+    ]
+    _listing(
+        [w.to_dict() for w in sessions] if as_json else lines,
+        as_json,
+        "No work sessions yet. Start one: acode work task task-001",
+    )
 
 
 @work_app.command("show")

@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -317,6 +317,23 @@ def _parse_section(name: str, data: object, problems: list[str]) -> Any:
     return cls() if problems else cls(**values)
 
 
+def _entries(
+    section: str, data: Mapping[Any, Any], keys: tuple[str, ...], problems: list[str]
+) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(name, dotted place, entry) of each mapping under ``section``; an entry that is no
+    mapping, and keys not in ``keys``, are reported."""
+    for name, entry in data.items():
+        where = f"{section}.{name}"
+        if not isinstance(entry, Mapping):
+            shape = ", ".join(f"{k}: ..." for k in keys)
+            problems.append(f"{where}: expected {{{shape}}}, got {_show(entry)}")
+            continue
+        for key in entry:
+            if key not in keys:
+                problems.append(f"{where}.{key}: {_unknown_key(key, list(keys))}")
+        yield str(name), where, entry
+
+
 _PRICE_KEYS = ("input", "output")
 
 
@@ -329,17 +346,10 @@ def _parse_pricing(data: object, problems: list[str]) -> dict[str, Price]:
         return {}
     prices: dict[str, Price] = {}
     rule = _Rule("a number of US dollars per million tokens, 0 or more", _non_negative)
-    for model, entry in data.items():
-        where = f"pricing.{model}"
-        if not isinstance(entry, Mapping):
-            problems.append(f"{where}: expected {{input: ..., output: ...}}, got {_show(entry)}")
-            continue
-        for key in entry:
-            if key not in _PRICE_KEYS:
-                problems.append(f"{where}.{key}: {_unknown_key(key, list(_PRICE_KEYS))}")
+    for model, where, entry in _entries("pricing", data, _PRICE_KEYS, problems):
         amounts = [_check(rule, entry.get(key), f"{where}.{key}", problems) for key in _PRICE_KEYS]
         if all(isinstance(a, float) for a in amounts):
-            prices[str(model)] = Price(*amounts)  # type: ignore[arg-type]
+            prices[model] = Price(*amounts)  # type: ignore[arg-type]
     return prices
 
 
@@ -355,19 +365,12 @@ def _parse_engines(data: object, problems: list[str]) -> dict[str, EngineConfig]
     if not isinstance(data, Mapping):
         problems.append(f"engines: expected a mapping of engine names, got {_show(data)}")
         return engines
-    for name, entry in data.items():
-        where = f"engines.{name}"
+    for name, where, entry in _entries("engines", data, _ENGINE_KEYS, problems):
         if name not in ENGINE_NAMES or name == "agent":
             problems.append(
                 f"{where}: {_unknown_key(name, [n for n in ENGINE_NAMES if n != 'agent'])}"
             )
             continue
-        if not isinstance(entry, Mapping):
-            problems.append(f"{where}: expected {{command: ..., args: [...]}}, got {_show(entry)}")
-            continue
-        for key in entry:
-            if key not in _ENGINE_KEYS:
-                problems.append(f"{where}.{key}: {_unknown_key(key, list(_ENGINE_KEYS))}")
         command = _check(_text(), entry.get("command"), f"{where}.command", problems)
         args = entry.get("args", [])
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):

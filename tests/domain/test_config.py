@@ -204,3 +204,23 @@ def test_any_valid_config_round_trips(
     again = parse_config(json.loads(json.dumps(config_to_dict(cfg))), SOURCE)
     assert again == cfg
     assert config_hash(again) == config_hash(cfg)
+
+
+def test_pricing_and_engines_are_mappings_of_checked_entries() -> None:
+    cfg = parse_config(
+        {
+            "pricing": {"gpt-4o": {"input": 2.5, "output": 10}},
+            "engines": {"codex": {"command": "/opt/codex", "args": ["-c", "x=1"]}},
+        },
+        "f",
+    )
+    assert cfg.pricing["gpt-4o"].output == 10.0
+    assert cfg.engines["codex"].args == ("-c", "x=1")
+    assert cfg.engines["claude"].command == "claude"  # the others keep their defaults
+    assert parse_config(config_to_dict(cfg), "again") == cfg
+    with pytest.raises(ConfigError) as info:
+        parse_config({"pricing": {"m": 3, "n": {"inp": 1}}, "engines": {"gpt": {}}}, "f")
+    message = info.value.message
+    assert "f: pricing.m: expected {input: ..., output: ...}, got 3" in message
+    assert "pricing.n.inp: unknown key (did you mean 'input'?)" in message
+    assert "engines.gpt: unknown key; known keys: claude, codex, aider, command" in message

@@ -270,8 +270,10 @@ def report(workspace: Path, reference: Path) -> int:
         say(f"The model gave the interrupted session the same {len(answers)} answers as the")
         note("uninterrupted one: after the resume it was asked what it would have been asked.")
     else:
-        say("The model answered the interrupted session differently from the uninterrupted")
-        note("one: compare `acode session history <id> --json` of both.")
+        say("The model answered the two sessions differently: llama.cpp reuses its cache")
+        note("across requests, which can tip a tiny model's choice even at temperature 0.")
+        note("Within the interrupted session no answered request was sent again: compare")
+        note("`acode session history <id> --json` of both.")
     same = login_py(workspace) == login_py(reference)
     say(f"src/login.py {'equals' if same else 'DIFFERS from'} the uninterrupted session's.")
     say(f"The demo workspaces stay in {workspace.parent.parent}. Look around:")

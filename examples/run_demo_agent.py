@@ -272,8 +272,8 @@ def report(workspace: Path, reference: Path) -> int:
     else:
         say("The model answered the two sessions differently: llama.cpp reuses its cache")
         note("across requests, which can tip a tiny model's choice even at temperature 0.")
-        note("Within the interrupted session no answered request was sent again: compare")
-        note("`acode session history <id> --json` of both.")
+        note("That no answered request is ever sent again is what tests/agent/")
+        note("test_real_model.py checks; compare `acode session history <id> --json`.")
     same = login_py(workspace) == login_py(reference)
     say(f"src/login.py {'equals' if same else 'DIFFERS from'} the uninterrupted session's.")
     say(f"The demo workspaces stay in {workspace.parent.parent}. Look around:")

@@ -14,8 +14,8 @@ from acode.cli.views import (
     print_steps,
     session_json,
 )
-from acode.domain.states import SessionState, is_resumable
 from acode.errors import NothingToResumeError, SessionNotFoundError, UsageError
+from acode.runtime.catalog import is_resumable_row
 from acode.runtime.inspection import read_store, session_detail, session_events
 from acode.runtime.maintenance import discard_session, unlock_session
 from acode.runtime.sync_link import sync_status
@@ -57,7 +57,7 @@ def session_list(
     if not show_all:
         rows = [r for r in rows if not r.archived]
     if resumable:
-        rows = [r for r in rows if is_resumable(SessionState(r.state))]
+        rows = [r for r in rows if is_resumable_row(r)]
     print_session_list(rows, as_json)
 
 

@@ -25,6 +25,7 @@ from acode.errors import (
     NothingToResumeError,
     SessionNotFoundError,
     TerminalStateError,
+    UsageError,
 )
 from acode.resume.environment import (
     EnvironmentReport,
@@ -33,6 +34,7 @@ from acode.resume.environment import (
     config_changes,
 )
 from acode.runtime.catalog import (
+    LEDGER_KINDS,
     AgentRecord,
     current_config,
     find_session,
@@ -121,6 +123,12 @@ def select_for_resume(store: SqliteStore, id_or_prefix: str | None) -> SessionRo
     except SessionNotFoundError as exc:
         raise NothingToResumeError(exc.message, hint=exc.hint) from exc
     _refuse_terminal(row)
+    if row.kind in LEDGER_KINDS:
+        raise UsageError(
+            f"session {row.short_id} is a {'work session' if row.kind == 'work' else 'task list'}"
+            ": its commands continue it, not `acode resume`",
+            hint=f"acode work resume {row.id}" if row.kind == "work" else "acode task list",
+        )
     if row.archived:
         raise NothingToResumeError(
             f"session {row.short_id} was discarded",

@@ -23,10 +23,12 @@ from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore
 
 __all__ = [
+    "LEDGER_KINDS",
     "PLAN_EVENT_SEQ",
     "AgentRecord",
     "current_config",
     "find_session",
+    "is_resumable_row",
     "recorded_agent",
     "recorded_config",
     "recorded_plan",
@@ -61,13 +63,19 @@ def find_session(store: SqliteStore, id_or_prefix: str) -> SessionRow:
     return matches[0]
 
 
+# Sessions that later commands append to (acode.work.ledger): never "resumed".
+LEDGER_KINDS = frozenset({"work", "tasks"})
+
+
 def resumable_sessions(store: SqliteStore) -> list[SessionRow]:
     """Sessions that `acode resume` may continue, most recently updated first."""
-    return [
-        row
-        for row in store.sessions()
-        if not row.archived and is_resumable(SessionState(row.state))
-    ]
+    return [row for row in store.sessions() if is_resumable_row(row)]
+
+
+def is_resumable_row(row: SessionRow) -> bool:
+    return (
+        not row.archived and row.kind not in LEDGER_KINDS and is_resumable(SessionState(row.state))
+    )
 
 
 def recorded_plan(

@@ -127,6 +127,9 @@ def test_the_runbook_outcome_a_with_subtask_breadcrumbs_and_summary(work: Cli) -
     assert "bc-002" in right.out
     assert len(_doc(work, f"docs/acode/work_sessions/{child}.json")["breadcrumbs"]) == 2
 
+    assert work("session", "list", "--resumable", "--json").json() == []  # ledgers, not runs
+    not_here = work("resume", parent, expect=2).flat_err
+    assert f"acode work resume {parent}" in not_here
     resumed = work("work", "resume", parent[:13], "--json").json()
     assert "Subtask task-002 completed" in resumed["prompt"]
     work("work", "close", parent)

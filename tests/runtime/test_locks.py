@@ -10,6 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -284,9 +285,14 @@ def test_file_owned_by_another_user_is_refused(locks_dir: Path) -> None:
     assert "uid 65534" in caught.value.message
 
 
-def _open_paths(pid: int) -> set[str]:
-    fd_dir = Path(f"/proc/{pid}/fd")
-    return {os.readlink(entry) for entry in fd_dir.iterdir()}
+def _open_paths(pid: int, program: bytes) -> set[str]:
+    """The files ``pid`` holds open once it runs ``program``: before its exec, the
+    close-on-exec descriptors are still there (and vanish while they are listed)."""
+    deadline = time.monotonic() + 5
+    while not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(program):
+        assert time.monotonic() < deadline, f"process {pid} never ran {program!r}"
+        time.sleep(0.01)
+    return {os.readlink(entry) for entry in Path(f"/proc/{pid}/fd").iterdir()}
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
@@ -297,7 +303,7 @@ def test_child_started_while_holding_does_not_inherit_the_lock(
         # close_fds=False: only O_CLOEXEC stands between the child and our lock fd.
         sleeper = subprocess.Popen(["sleep", "5"], close_fds=False, text=True)
         processes.append(sleeper)
-        assert str(lock.path) not in _open_paths(sleeper.pid)
+        assert str(lock.path) not in _open_paths(sleeper.pid, b"sleep")
     done = _acquire_in_other_process(locks_dir)
     assert done.returncode == 0, done.stderr
     assert sleeper.poll() is None

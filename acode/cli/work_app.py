@@ -39,6 +39,9 @@ WsessionId = Annotated[
     str,
     typer.Argument(help="The work session id (its cookie) or a prefix.", metavar="WSESSION"),
 ]
+Summary = Annotated[
+    str | None, typer.Option("--summary", help="What was found or done (for the parent).")
+]
 Engine = Annotated[
     str | None,
     typer.Option(
@@ -134,9 +137,7 @@ def task_show(task_id: TaskId, workspace: Workspace_ = None, as_json: Json = Fal
 @task_app.command("done")
 def task_done(
     task_id: TaskId,
-    summary: Annotated[
-        str | None, typer.Option("--summary", help="What was found or done (for the parent).")
-    ] = None,
+    summary: Summary = None,
     workspace: Workspace_ = None,
     as_json: Json = False,
 ) -> None:
@@ -367,9 +368,7 @@ def work_resume(
 @work_app.command("close")
 def work_close(
     wsession_id: WsessionId,
-    summary: Annotated[
-        str | None, typer.Option("--summary", help="What was found or done (for the parent).")
-    ] = None,
+    summary: Summary = None,
     workspace: Workspace_ = None,
     as_json: Json = False,
 ) -> None:

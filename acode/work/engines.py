@@ -151,6 +151,7 @@ def start_turn(
     cwd: Path,
     history_file: Path,
     new_session_id: str,
+    extra_env: Mapping[str, str] | None = None,
 ) -> EngineTurn:
     """Start a new engine session with ``prompt`` and run its first turn.
 
@@ -159,10 +160,12 @@ def start_turn(
     """
     _check_name(engine)
     if engine == "command":
-        return _command_turn(settings, prompt, cwd, given_id="", session_id=new_session_id)
+        return _command_turn(
+            settings, prompt, cwd, given_id="", session_id=new_session_id, extra_env=extra_env
+        )
     spec = _ENGINES[engine]
     argv = _fill(spec.start, settings, prompt, new_session_id, history_file)
-    return _turn(engine, settings, spec, argv, cwd, asked=None)
+    return _turn(engine, settings, spec, argv, cwd, asked=None, extra_env=extra_env)
 
 
 def resume_turn(
@@ -173,6 +176,7 @@ def resume_turn(
     prompt: str,
     cwd: Path,
     history_file: Path,
+    extra_env: Mapping[str, str] | None = None,
 ) -> EngineTurn:
     """Continue the engine's session ``session_id`` with ``prompt``.
 
@@ -181,13 +185,15 @@ def resume_turn(
     """
     _check_name(engine)
     if engine == "command":
-        return _command_turn(settings, prompt, cwd, given_id=session_id, session_id=session_id)
+        return _command_turn(
+            settings, prompt, cwd, given_id=session_id, session_id=session_id, extra_env=extra_env
+        )
     spec = _ENGINES[engine]
     if spec.session_in_history and not _has_content(history_file):
         detail = f"{engine}: its chat history {history_file} is missing or empty"
         return EngineTurn(None, False, True, detail, detail)
     argv = _fill(spec.resume, settings, prompt, session_id, history_file)
-    return _turn(engine, settings, spec, argv, cwd, asked=session_id)
+    return _turn(engine, settings, spec, argv, cwd, asked=session_id, extra_env=extra_env)
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -239,9 +245,10 @@ def _turn(
     cwd: Path,
     *,
     asked: str | None,
+    extra_env: Mapping[str, str] | None,
 ) -> EngineTurn:
     argv[0] = _executable(engine, settings.command, spec.install)
-    env = dict(os.environ)
+    env = _environment(extra_env)
     for name, value in spec.env_defaults.items():
         env.setdefault(name, value)
     env.update(spec.env_forced)
@@ -252,8 +259,19 @@ def _turn(
     return spec.parse(stdout, stderr, returncode, asked)
 
 
+def _environment(extra_env: Mapping[str, str] | None) -> dict[str, str]:
+    """This process's environment with the caller's additions (a work session's cookie)."""
+    return {**os.environ, **(extra_env or {})}
+
+
 def _command_turn(
-    settings: EngineSettings, prompt: str, cwd: Path, *, given_id: str, session_id: str
+    settings: EngineSettings,
+    prompt: str,
+    cwd: Path,
+    *,
+    given_id: str,
+    session_id: str,
+    extra_env: Mapping[str, str] | None,
 ) -> EngineTurn:
     try:
         words = shlex.split(settings.command)
@@ -272,7 +290,7 @@ def _command_turn(
     values = {"prompt": prompt, "session_id": given_id, "cwd": str(cwd)}
     argv = [_substitute(word, values) for word in words]
     argv[0] = _executable("command", argv[0], "a program on PATH, or a path to one")
-    outcome = _run([*argv, *settings.args], cwd, dict(os.environ), settings.timeout_seconds)
+    outcome = _run([*argv, *settings.args], cwd, _environment(extra_env), settings.timeout_seconds)
     if isinstance(outcome, str):
         return EngineTurn(None, False, False, f"command: {outcome}", f"command {outcome}")
     stdout, stderr, returncode = outcome

@@ -34,24 +34,25 @@ def turn_runner(ws: Workspace) -> TurnRunner:
         history = ws.paths.state_dir / "work" / wsession.id / "aider.chat.history.md"
         history.parent.mkdir(parents=True, exist_ok=True)
         cwd = Path(wsession.cwd)
-        previous = dict(os.environ)
-        os.environ.update(env)  # the adapters run the engine with this process's environment
-        try:
-            if resume is None:
-                return start_turn(
-                    engine,
-                    settings,
-                    prompt=prompt,
-                    cwd=cwd,
-                    history_file=history,
-                    new_session_id=str(uuid.uuid4()),
-                )
-            return resume_turn(
-                engine, settings, session_id=resume, prompt=prompt, cwd=cwd, history_file=history
+        if resume is None:
+            return start_turn(
+                engine,
+                settings,
+                prompt=prompt,
+                cwd=cwd,
+                history_file=history,
+                new_session_id=str(uuid.uuid4()),
+                extra_env=env,
             )
-        finally:
-            os.environ.clear()
-            os.environ.update(previous)
+        return resume_turn(
+            engine,
+            settings,
+            session_id=resume,
+            prompt=prompt,
+            cwd=cwd,
+            history_file=history,
+            extra_env=env,
+        )
 
     return run
 

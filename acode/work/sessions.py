@@ -40,6 +40,7 @@ from acode.errors import (
 from acode.runtime.catalog import find_session
 from acode.runtime.clock import SystemClock
 from acode.runtime.files import atomic_write
+from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
@@ -299,7 +300,7 @@ def _record_turn(ws: Workspace, wsession_id: str, how: str, turn: EngineTurn) ->
     return _refresh(ws, wsession_id)
 
 
-def _steps_with_prefix(journal: Any, prefix: str) -> Iterator[str]:
+def _steps_with_prefix(journal: Journal, prefix: str) -> Iterator[str]:
     for step_id, _ in recorded_results(journal.store, journal.row):
         if step_id.startswith(prefix):
             yield step_id

@@ -4,16 +4,28 @@ on request. Every message that reports a problem says what to do next."""
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
 import sys
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from acode.errors import AcodeError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["ago", "count", "emit_json", "err_console", "iso", "out_console", "render_error"]
+__all__ = [
+    "ago",
+    "count",
+    "emit_json",
+    "err_console",
+    "iso",
+    "keyboard",
+    "out_console",
+    "render_error",
+]
 
 _out: Console | None = None
 _err: Console | None = None
@@ -37,6 +49,56 @@ def err_console() -> Console:
 
         _err = Console(stderr=True, highlight=False, soft_wrap=True)
     return _err
+
+
+class _Keyboard:
+    """Standard input's lines for prompts (``Prompt.ask(stream=keyboard())``), read so
+    that a Ctrl+C always stops the wait.
+
+    Python runs a signal's handler between bytecodes. A Ctrl+C that lands after the
+    prompt is shown but before ``input()`` enters its blocking read is handled at once
+    and the read then waits for the next key: the person's Ctrl+C is lost. Here the
+    signal module also writes to a pipe, and waiting on the pipe and the terminal
+    together returns for either, so the handler's exception is raised right away.
+    """
+
+    def readline(self) -> str:
+        if not sys.stdin.isatty() or not _main_thread():
+            return _line(sys.stdin.readline())
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        previous = signal.set_wakeup_fd(wake_w)
+        try:
+            while True:
+                ready, _, _ = select.select([sys.stdin, wake_r], [], [])
+                if wake_r in ready:
+                    os.read(wake_r, 64)  # the handler has run (or raises now)
+                if sys.stdin in ready:
+                    return _line(sys.stdin.readline())
+        finally:
+            signal.set_wakeup_fd(previous)
+            os.close(wake_r)
+            os.close(wake_w)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _line(text: str) -> str:
+    """The line as input() gives it: without its newline (Rich takes "" for the default
+    answer), and EOFError at the end of input (never the default when the terminal is
+    gone)."""
+    if not text:
+        raise EOFError
+    return text.removesuffix("\n")
+
+
+def keyboard() -> TextIO:
+    # A TextIO for Rich's prompts, which call nothing but readline().
+    return cast("TextIO", _Keyboard())
 
 
 def emit_json(value: Any) -> None:

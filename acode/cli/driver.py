@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from acode.cli.console import count, emit_json, err_console, out_console
+from acode.cli.console import count, emit_json, err_console, keyboard, out_console
 from acode.cli.progress import RichObserver, quiet_screen
 from acode.domain.plan import Plan
 from acode.domain.states import SessionState
@@ -39,6 +39,7 @@ def terminal_approver(observer: Observer) -> Approver:
             return Confirm.ask(
                 f"[bold yellow]Approval needed[/] ({request.step_id}): {request.question}",
                 console=err_console(),
+                stream=keyboard(),
             )
 
     return ask

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from acode.cli.console import err_console, out_console
+from acode.cli.console import err_console, keyboard, out_console
 from acode.cli.progress import quiet_screen
 from acode.cli.views import environment_lines
 from acode.errors import StorageError
@@ -39,6 +39,7 @@ def changed_files_prompt(workspace: Path) -> Callable[[ResumePreview], bool]:
                 choices=["c", "a", "v"],
                 default="a",
                 console=err_console(),
+                stream=keyboard(),
             )
             if choice != "v":
                 return choice == "c"
@@ -77,6 +78,7 @@ def strategy_prompt(observer: Observer) -> StrategyPrompt:
                 choices=["r", "t", "s"],
                 default="r",
                 console=err_console(),
+                stream=keyboard(),
             )
         return {"r": "rollback", "t": "retry"}.get(answer)  # type: ignore[return-value]
 

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from acode.cli.console import err_console, out_console
+from acode.cli.console import err_console, keyboard, out_console
 from acode.cli.driver import drive, drive_plan, terminal_approver
 from acode.cli.progress import choose_observer
 from acode.cli.prompts import changed_files_prompt, strategy_prompt
@@ -151,14 +151,18 @@ def _choose(found: list[Candidate]) -> str | None:
         console.print("Found 1 resumable session:")
         for line in _describe(None, found[0]):
             console.print(line, markup=False)
-        ok = Confirm.ask("Resume this session?", default=True, console=err_console())
+        ok = Confirm.ask(
+            "Resume this session?", default=True, console=err_console(), stream=keyboard()
+        )
         return found[0].row.id if ok else None
     console.print(f"Found {len(found)} resumable sessions (most recent first):")
     for number, candidate in enumerate(found, start=1):
         for line in _describe(number, candidate):
             console.print(line, markup=False)
     choices = [str(n) for n in range(1, len(found) + 1)] + ["none"]
-    answer = Prompt.ask("Resume which one?", choices=choices, default="1", console=err_console())
+    answer = Prompt.ask(
+        "Resume which one?", choices=choices, default="1", console=err_console(), stream=keyboard()
+    )
     return None if answer == "none" else found[int(answer) - 1].row.id
 
 
@@ -189,5 +193,7 @@ def _preflight(preview: ResumePreview) -> bool:
     if env is not None and env.problems():
         for line in environment_lines(preview):
             console.print(line, markup=False)
-    answer = Prompt.ask("Type 'proceed' to resume, anything else to stop", console=err_console())
+    answer = Prompt.ask(
+        "Type 'proceed' to resume, anything else to stop", console=err_console(), stream=keyboard()
+    )
     return answer.strip().lower() == "proceed"

@@ -11,15 +11,14 @@ like the file it came from and goes back through the same validation in ``Plan.f
 
 from __future__ import annotations
 
-import difflib
 import math
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, TypeAlias
 
+from acode.domain.kinds import StepKind
 from acode.errors import PlanError
 
 __all__ = [
@@ -27,7 +26,6 @@ __all__ = [
     "NodePath",
     "Plan",
     "PlanProblem",
-    "StepKind",
     "StepSpec",
     "TaskSpec",
     "build_plan",
@@ -36,19 +34,6 @@ __all__ = [
 
 NodePath: TypeAlias = tuple[str | int, ...]
 LineLookup: TypeAlias = Callable[[NodePath], int | None]
-
-
-class StepKind(StrEnum):
-    """What a step does. A step names its kind by carrying exactly one key of that name."""
-
-    READ = "read"
-    WRITE = "write"
-    EDIT = "edit"
-    RUN = "run"
-    MODEL = "model"
-    APPROVE = "approve"
-    COMMIT = "commit"
-    PYTHON = "python"
 
 
 _KIND_NAMES = tuple(kind.value for kind in StepKind)
@@ -448,6 +433,8 @@ def _check_keys(
                 f"{key!r} does not belong in {kind.value} {owner} {listing}",
             )
             continue
+        import difflib  # only a plan with a mistake in it needs it
+
         matches = difflib.get_close_matches(key, allowed, n=1) if isinstance(key, str) else []
         suggestion = f"; did you mean {matches[0]!r}?" if matches else ""
         c.add(_sub(path, key), f"unknown key {key!r} in {owner}{suggestion} {listing}")

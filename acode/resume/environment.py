@@ -9,7 +9,6 @@ started with.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -189,6 +188,8 @@ def diff_against_record(workspace: Path, change: ChangedFile, recorded: bytes | 
     """A unified diff from the content the session recorded to the file as it is now."""
     if recorded is None:
         return f"(no recorded content for {change.path}: only its hash was kept)\n"
+    import difflib  # only a person reviewing changes asks for it
+
     target = workspace / change.path
     now = target.read_bytes() if target.is_file() else b""
     lines = difflib.unified_diff(

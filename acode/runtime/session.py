@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType, canonical_json
 from acode.domain.idempotency import STEP_ID_PATTERN, key_prefix
-from acode.domain.plan import StepKind
+from acode.domain.kinds import StepKind
 from acode.domain.reducer import StepRecord, StepStatus, step_record, step_status
 from acode.domain.states import SessionState, can_transition, is_terminal
 from acode.errors import (
@@ -36,7 +36,6 @@ from acode.errors import (
     UsageError,
 )
 from acode.runtime.approvals import decision_payload, decision_valid, subject_hash
-from acode.runtime.git import prune_snapshots
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal
 from acode.runtime.locks import SessionLock
@@ -49,7 +48,6 @@ from acode.runtime.observer import (
     StepNotice,
     StepPhase,
 )
-from acode.runtime.process import CommandResult
 from acode.runtime.progress_file import ProgressFile
 from acode.runtime.steps.base import (
     InProgressStrategy,
@@ -60,16 +58,15 @@ from acode.runtime.steps.base import (
     StepContext,
     StepEnv,
 )
-from acode.runtime.steps.chat_step import ChatStep
-from acode.runtime.steps.commit_step import CommitStep
-from acode.runtime.steps.file_steps import EditStep, ReadStep, WriteStep
-from acode.runtime.steps.model_step import ModelStep
+
+# The other step kinds load on their first call: a library caller's session of python
+# steps, or its replay, needs neither git, subprocesses nor the model client.
 from acode.runtime.steps.python_step import PythonStep
-from acode.runtime.steps.run_step import RunStep
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import Signer
 
 if TYPE_CHECKING:
+    from acode.runtime.process import CommandResult
     from acode.runtime.sync_link import SyncLink
 
 __all__ = ["Session", "StrategyPrompt"]
@@ -226,6 +223,8 @@ class Session:
     def read(
         self, step_id: str, path: str, *, task: str | None = None, title: str | None = None
     ) -> str:
+        from acode.runtime.steps.file_steps import ReadStep
+
         return str(self._perform(ReadStep(path), step_id, task, title or f"read {path}"))
 
     def write(
@@ -237,6 +236,8 @@ class Session:
         task: str | None = None,
         title: str | None = None,
     ) -> dict[str, Any]:
+        from acode.runtime.steps.file_steps import WriteStep
+
         data = content.encode() if isinstance(content, str) else content
         result: dict[str, Any] = self._perform(
             WriteStep(path, data), step_id, task, title or f"write {path}"
@@ -253,6 +254,8 @@ class Session:
         task: str | None = None,
         title: str | None = None,
     ) -> dict[str, Any]:
+        from acode.runtime.steps.file_steps import EditStep
+
         result: dict[str, Any] = self._perform(
             EditStep(path, old, new), step_id, task, title or f"edit {path}"
         )
@@ -270,6 +273,8 @@ class Session:
         task: str | None = None,
         title: str | None = None,
     ) -> CommandResult | dict[str, Any]:
+        from acode.runtime.steps.run_step import RunStep
+
         action = RunStep(command, idempotent, timeout, tuple(paths), check)
         result: CommandResult | dict[str, Any] = self._perform(
             action, step_id, task, title or f"run {command}"
@@ -279,11 +284,15 @@ class Session:
     def commit(
         self, step_id: str, message: str, *, task: str | None = None, title: str | None = None
     ) -> str:
+        from acode.runtime.steps.commit_step import CommitStep
+
         return str(self._perform(CommitStep(message), step_id, task, title or f"commit {message}"))
 
     def model(
         self, step_id: str, prompt: str, *, task: str | None = None, title: str | None = None
     ) -> str:
+        from acode.runtime.steps.model_step import ModelStep
+
         action = ModelStep(prompt, tuple(self._conversation()))
         return str(self._perform(action, step_id, task, title or f"model {prompt}"))
 
@@ -301,6 +310,8 @@ class Session:
         return the recorded answer: content, tool_calls, finish_reason, usage, model,
         request_hash and, when the model has a price, cost_usd. ``new_messages`` are added
         to the session's transcript with the answer."""
+        from acode.runtime.steps.chat_step import ChatStep
+
         action = ChatStep(request, request_hash, tuple(new_messages))
         result: dict[str, Any] = self._perform(action, step_id, task, title or step_id)
         return result
@@ -767,6 +778,8 @@ class Session:
             self._journal.write(entries)
             self._progress.update(self._journal, final=True)
             if is_terminal(target):
+                from acode.runtime.git import prune_snapshots
+
                 # Snapshots exist for rolling back; a finished session never rolls back.
                 prune_snapshots(self.workspace, self.id, keep_backups=True)
 

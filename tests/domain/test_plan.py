@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acode.domain.kinds import StepKind
 from acode.domain.plan import (
     NodePath,
     Plan,
     PlanProblem,
-    StepKind,
     StepSpec,
     TaskSpec,
     build_plan,

@@ -43,14 +43,10 @@ from acode.runtime.catalog import (
     resumable_sessions,
 )
 from acode.runtime.clock import Clock, SystemClock
-from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal, verify_history
 from acode.runtime.lifecycle import Workspace, existing_workspace, session_config, take_lock
 from acode.runtime.log import log_event
-from acode.runtime.observer import Approver, Observer
 from acode.runtime.orphans import reap_orphans
-from acode.runtime.session import Session, StrategyPrompt
-from acode.runtime.steps.base import InProgressStrategy
 from acode.runtime.sync_link import open_sync_link, sync_status
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
@@ -59,6 +55,10 @@ from acode.store.sqlite_store import SqliteStore, open_store
 if TYPE_CHECKING:
     from acode.domain.continuation import ContinuationPlan
     from acode.domain.plan import Plan
+    from acode.runtime.interrupts import Interrupts
+    from acode.runtime.observer import Approver, Observer
+    from acode.runtime.session import Session, StrategyPrompt
+    from acode.runtime.steps.base import InProgressStrategy
     from acode.sync.status import SyncStatus
 
 __all__ = [
@@ -371,6 +371,9 @@ def _resume(
     verify: bool,
     strategy_prompt: StrategyPrompt | None,
 ) -> Session:
+    # Loaded here, not with this module: a preview (--dry-run) runs no step.
+    from acode.runtime.session import Session
+
     signer = load_signer()
     with ExitStack() as cleanup:
         store = open_store(ws.paths.db, ws.config.durability)

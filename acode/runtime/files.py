@@ -59,10 +59,10 @@ def sha256_file(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def stat_file(path: Path) -> FileStat | None:
+def stat_file(path: Path | str) -> FileStat | None:
     """Size and mtime (following symlinks), or None when the file does not exist."""
     try:
-        result = path.stat()
+        result = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     return FileStat(size=result.st_size, mtime_ns=result.st_mtime_ns)

@@ -483,3 +483,24 @@ def test_a_replay_refuses_a_payload_that_is_not_one_object(workspace: Path, payl
             s.step("s0", lambda ctx: None)
     finally:
         s.close()
+
+
+def test_a_replay_across_read_windows_returns_every_result(workspace: Path) -> None:
+    from acode.runtime import session as session_module
+
+    steps = session_module._REPLAY_WINDOW * 2 + 3  # the history is read a window at a time
+    config = workspace / ".agent" / "config.yml"
+    config.parent.mkdir(parents=True)
+    config.write_text("durability: normal\n", encoding="utf-8")  # quick to record
+    s = acode.open_session("long", workspace=workspace)
+    for i in range(steps):
+        s.step(f"s{i}", lambda ctx: {"at": ctx.position})
+    s.pause("test")
+    s.close()
+
+    ran: list[int] = []
+    with acode.resume_session(s.id, workspace=workspace) as again:
+        for i in range(steps):
+            assert again.step(f"s{i}", lambda ctx: ran.append(ctx.position)) == {"at": i}
+        again.step("new", lambda ctx: ran.append(ctx.position))
+    assert ran == [steps]

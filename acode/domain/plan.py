@@ -200,26 +200,36 @@ _KIND_BY_NAME = {kind.value: kind for kind in StepKind}
 def _recorded_step(data: Mapping[str, Any], task_id: str) -> StepSpec:
     # Fills the fields in directly instead of through the frozen dataclass's __init__ (a
     # setattr call per field, then __post_init__): the values and the derived title are
-    # the ones __init__ would set (a test compares them), in a third of the time, which
-    # is most of planning the continuation of a long plan.
-    kind = next(_KIND_BY_NAME[key] for key in data if key in _KIND_BY_NAME)
-    target = data[kind.value]
-    paths = data.get("paths")
+    # the ones __init__ would set (a test compares them), in a third of the time, which is
+    # most of planning the continuation of a long plan.
+    for key in data:
+        kind = _KIND_BY_NAME.get(key)
+        if kind is not None:
+            break
+    else:
+        raise KeyError(f"recorded step {data.get('id')!r} has no kind")
+    target = data[key]
+    get = data.get
+    paths = get("paths")
     spec = object.__new__(StepSpec)
-    spec.__dict__.update(
-        id=data["id"],
-        kind=kind,
-        task_id=task_id,
-        target=target,
-        title=data.get("title") or _default_title(kind, target),
-        content=data.get("content"),
-        old=data.get("old"),
-        new=data.get("new"),
-        idempotent=bool(data.get("idempotent", False)),
-        timeout=data.get("timeout"),
-        paths=tuple(paths) if paths else (),
-        check=data.get("check"),
-        line=None,
+    object.__setattr__(
+        spec,
+        "__dict__",
+        {
+            "id": data["id"],
+            "kind": kind,
+            "task_id": task_id,
+            "target": target,
+            "title": get("title") or _default_title(kind, target),
+            "content": get("content"),
+            "old": get("old"),
+            "new": get("new"),
+            "idempotent": bool(get("idempotent", False)),
+            "timeout": get("timeout"),
+            "paths": tuple(paths) if paths else (),
+            "check": get("check"),
+            "line": None,
+        },
     )
     return spec
 

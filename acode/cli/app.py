@@ -37,8 +37,8 @@ def _add_work_commands(argv: list[str]) -> None:
         c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands
     }
     words = [arg for arg in argv if not arg.startswith("-")]
-    if words and words[0] in own:
-        return
+    if "task" in own or (words and words[0] in own):
+        return  # added already, or not reachable from this command line
     from acode.cli.work_app import settings_app, task_app, work_app, wsession_app
 
     app.add_typer(task_app, name="task")

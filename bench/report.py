@@ -215,10 +215,12 @@ def _reading(run: Run, results: Results) -> str:
         + (
             "So each step costs one durable commit, like the baseline."
             if wait <= 1.2 * max(bare_wait, 1.0)
-            else "acode too makes one commit, so one fsync, per step, and its commit writes "
-            "about 1.25 pages of write-ahead log (the event row, and the database header "
-            "when the file grows) where the baseline's writes about one; flushing them takes "
-            f"{wait / max(bare_wait, 1.0):.1f}x as long."
+            else "acode too makes one commit, so one fsync, per step, writing about 1.1 pages "
+            "of write-ahead log where the baseline writes about one, and each fsync takes as "
+            "long (strace shows the same fdatasync latency). The difference is acode's own "
+            "work running slower after every wait for the disk (the process slept, its "
+            "caches went cold), so durability full adds "
+            f"{wait / max(bare_wait, 1.0):.1f}x as much to acode's step as to the baseline's."
         ),
     ]
     if len(settings.sizes) > 1:
@@ -228,10 +230,10 @@ def _reading(run: Run, results: Results) -> str:
     bare_bytes = statistics.median(results.bytes_per_step[(n, "bare-full")])
     points.append(
         f"- A step takes {acode_bytes:,.0f} bytes of database against {bare_bytes:,.0f} for the "
-        "bare row: besides the result acode keeps the event's id, time stamp, type and chain "
-        "hash, the step's id, kind, position and attempt, and the signed checkpoint (summary "
-        "and signature) in the same row; a step that completes in one commit has no other "
-        "row."
+        "bare row: besides the result acode keeps the event's id (16 bytes), time stamp, type "
+        "and chain hash, the step's id and position, and the checkpoint's 16-byte signature "
+        "in the same row (its summary is written out once every 32 events, and derived in "
+        "between); a step that completes in one commit has no other row."
     )
     spreads = results.ratios(n, "acode-full")
     noise = (

@@ -16,6 +16,8 @@ __all__ = [
     "next_event_stamp",
     "uuid7",
     "uuid7_ms",
+    "uuid_bytes",
+    "uuid_text",
 ]
 
 _RAND_BITS = 74  # 12 bits rand_a + 62 bits rand_b
@@ -42,14 +44,29 @@ def _unpack(uuid: str) -> tuple[int, int]:
 
 def uuid7(unix_ms: int, rand: bytes) -> str:
     """A UUIDv7 string from a millisecond timestamp and at least 10 random bytes."""
+    return _pack(unix_ms, _random(rand))
+
+
+def _random(rand: bytes) -> int:
     if len(rand) < 10:
         raise ValueError("uuid7 needs at least 10 random bytes")
-    return _pack(unix_ms, int.from_bytes(rand[:10], "big") & _RAND_MASK)
+    return int.from_bytes(rand[:10], "big") & _RAND_MASK
 
 
 def uuid7_ms(uuid: str) -> int:
     """The millisecond timestamp embedded in a UUIDv7."""
     return _unpack(uuid)[0]
+
+
+def uuid_bytes(uuid: str) -> bytes:
+    """A UUID's 16 bytes, the form the event log stores (schema 5)."""
+    return bytes.fromhex(uuid.replace("-", ""))
+
+
+def uuid_text(value: bytes) -> str:
+    """The canonical text of a UUID stored as its 16 bytes."""
+    h = value.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 SHORT_ID_LENGTH = 13
@@ -86,6 +103,9 @@ def abbreviations(ids: list[str], minimum: int = SHORT_ID_LENGTH) -> dict[str, s
 class EventStamp:
     ts_us: int
     event_id: str
+    # The id's millisecond and random parts, kept so that the next stamp need not parse
+    # the text (None: parse it, for a stamp made from a stored event).
+    parts: tuple[int, int] | None = None
 
 
 def next_event_stamp(previous: EventStamp | None, now_us: int, rand: bytes) -> EventStamp:
@@ -96,15 +116,19 @@ def next_event_stamp(previous: EventStamp | None, now_us: int, rand: bytes) -> E
     stay strictly increasing within a session.
     """
     if previous is None:
-        return EventStamp(now_us, uuid7(now_us // 1000, rand))
+        return _stamp(now_us, now_us // 1000, _random(rand))
     ts = max(now_us, previous.ts_us)
-    prev_ms, prev_rand = _unpack(previous.event_id)
+    prev_ms, prev_rand = previous.parts or _unpack(previous.event_id)
     ms = ts // 1000
     if ms > prev_ms:
-        return EventStamp(ts, uuid7(ms, rand))
+        return _stamp(ts, ms, _random(rand))
     if prev_rand == _RAND_MASK:  # carry into the timestamp, as RFC 9562 does
         if prev_ms == _MAX_MS:
             # 48 bits of milliseconds end in the year 10889: there is no larger id.
             raise ValueError("no UUIDv7 is left after the last representable millisecond")
-        return EventStamp(ts, _pack(prev_ms + 1, 0))
-    return EventStamp(ts, _pack(prev_ms, prev_rand + 1))
+        return _stamp(ts, prev_ms + 1, 0)
+    return _stamp(ts, prev_ms, prev_rand + 1)
+
+
+def _stamp(ts_us: int, unix_ms: int, rand: int) -> EventStamp:
+    return EventStamp(ts_us, _pack(unix_ms, rand), (unix_ms, rand))

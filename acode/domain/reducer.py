@@ -21,6 +21,8 @@ from acode.domain.states import SessionState, can_transition
 from acode.errors import CheckpointError, ErrorCode
 
 __all__ = [
+    "DEFAULT_STEP_KIND",
+    "FIRST_ATTEMPT",
     "STEP_EVENT_TYPES",
     "SUMMARY_VERSION",
     "SessionSummary",
@@ -304,14 +306,20 @@ def fold_step(record: StepRecord | None, event: Event) -> StepRecord | None:
     return step_record(status, event.seq, event.payload)
 
 
+# An event about a step leaves out a field at its default (schema 5): most steps are a
+# library's first attempt at a python step.
+DEFAULT_STEP_KIND = "python"
+FIRST_ATTEMPT = 1
+
+
 def step_record(status: StepStatus, seq: int, p: dict[str, Any]) -> StepRecord:
     """The record a step event of ``status`` with payload ``p`` leaves (``fold_step``)."""
     return StepRecord(
         int(p["position"]),
         p["step"],
-        p["kind"],
+        p.get("kind", DEFAULT_STEP_KIND),
         status,
-        int(p["attempt"]),
+        int(p.get("attempt", FIRST_ATTEMPT)),
         p.get("task"),
         p.get("input_hash"),
         seq,

@@ -96,7 +96,7 @@ def _document(
                 "created_at": iso_time(c.created_at, precise=True),
                 "head": c.head.hex(),
             }
-            for c in store.checkpoints(row.sid)
+            for c in store.checkpoints(row)
         ],
     }
 

@@ -32,6 +32,12 @@ from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["Journal", "checkpoint_message", "new_session_journal", "verify_history"]
 
+# A checkpoint writes its summary out when the newest one this journal wrote is this many
+# events old, and at the journal's first checkpoint; the others leave it out, about a
+# tenth of a step's bytes, and readers fold it back from the newest one written
+# (SqliteStore._derived_summary), at most this many events.
+SUMMARY_EVERY = 32
+
 
 def checkpoint_message(session_id: str, title: str, cp: CheckpointRow) -> bytes:
     """The bytes a checkpoint's signature covers: everything in it but the signature."""
@@ -84,6 +90,7 @@ class Journal:
         self._signer = signer
         self._message_count: int | None = None
         self._message_prefix = _v2_prefix(row.id, row.title)
+        self._summary_seq: int | None = None  # where this journal last wrote a summary out
         # Called after every commit; the sync worker's wake-up when a remote is set.
         self.on_write: Callable[[], None] | None = None
 
@@ -96,8 +103,11 @@ class Journal:
         assert self.summary is not None
         return self.summary.state
 
-    def build(self, entries: Sequence[tuple[EventType, dict[str, Any]]]) -> list[Event]:
-        """Chained events for ``entries``; nothing changes until ``write`` commits them."""
+    def build(
+        self, entries: Sequence[tuple[EventType, dict[str, Any]]]
+    ) -> tuple[list[Event], _Tail]:
+        """Chained events for ``entries``, and the tail they leave; nothing changes until
+        ``write`` commits them."""
         events: list[Event] = []
         stamp, previous, seq = self._tail.stamp, self._tail.hash, self._tail.seq
         for type_, payload in entries:
@@ -113,7 +123,7 @@ class Journal:
             # The fold reads the payload: hand it the dict instead of parsing it back.
             event.__dict__["payload"] = payload
             events.append(event)
-        return events
+        return events, _Tail(stamp, previous, seq)
 
     def write(
         self,
@@ -129,7 +139,7 @@ class Journal:
         """Append events (and what they project to) in one transaction. Each step row
         is pointed at the newest event of the write about its step, whose sequence
         number is only known here."""
-        events = self.build(entries)
+        events, tail = self.build(entries)
         summary = self.summary
         for event in events:
             summary = fold(summary, event)
@@ -140,6 +150,9 @@ class Journal:
         rows = [_resolve(s, events) for s in steps]
         assert self.summary is not None
         changed = summary.state is not self.summary.state
+        written = cp is not None and (
+            self._summary_seq is None or last.seq - self._summary_seq >= SUMMARY_EVERY
+        )
         self.store.commit(
             self.row.sid,
             Commit(
@@ -148,6 +161,7 @@ class Journal:
                 state=summary.state.value if changed else None,
                 steps=rows,
                 checkpoint=cp,
+                summary_written=written,
                 messages=self._message_rows(messages, last.seq),
                 blobs=blobs,
                 files=files,
@@ -155,9 +169,11 @@ class Journal:
             ),
         )
         self.summary = summary
-        self._tail = _Tail(EventStamp(last.ts_us, last.event_id), last.hash, last.seq)
+        self._tail = tail
         if cp is not None:
             self.checkpoint_id = cp.id
+        if written:
+            self._summary_seq = last.seq
         if messages:
             self._message_count = (self._message_count or 0) + len(messages)
         if self.on_write is not None:
@@ -180,7 +196,8 @@ class Journal:
     def _checkpoint(self, summary: SessionSummary, last: Event, now: int) -> CheckpointRow:
         text = summary.encode()
         message = _v2_message(self._message_prefix, last.seq, last.hash, now, text)
-        return CheckpointRow(last.seq, last.seq, text, last.hash, self._signer.sign(message), now)
+        tag = self._signer.tag(message).hex()
+        return CheckpointRow(last.seq, last.seq, text, last.hash, tag, now)
 
     # -- loading -------------------------------------------------------------------
 
@@ -189,7 +206,7 @@ class Journal:
         """The journal as of the newest checkpoint whose signature verifies, plus the
         events after it, each checked against the hash chain."""
         problems: list[str] = []
-        for cp in store.checkpoints(row.sid):
+        for cp in store.checkpoints(row):
             if not signer.verify(checkpoint_message(row.id, row.title, cp), cp.signature):
                 problems.append(f"checkpoint {cp.id} (event {cp.seq}): signature does not match")
                 continue
@@ -230,7 +247,7 @@ def verify_history(
     if signer is not None:
         checkpoints = {
             cp.seq: cp
-            for cp in store.checkpoints(row.sid)
+            for cp in store.checkpoints(row)
             if signer.verify(checkpoint_message(row.id, row.title, cp), cp.signature)
         }
     tail = _Tail(None, genesis_hash(row.id), 0)
@@ -359,7 +376,7 @@ def new_session_journal(
     journal = Journal(
         store, placeholder, None, _Tail(None, genesis_hash(session_id), 0), 0, clock, signer
     )
-    events = journal.build(entries)
+    events, tail = journal.build(entries)
     summary = fold_all(events)
     last = events[-1]
     cp = journal._checkpoint(summary, last, last.ts_us)
@@ -380,7 +397,7 @@ def new_session_journal(
         store,
         row,
         summary,
-        _Tail(EventStamp(last.ts_us, last.event_id), last.hash, last.seq),
+        tail,
         cp.id,
         clock,
         signer,

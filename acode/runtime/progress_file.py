@@ -83,9 +83,8 @@ def _one_line(text: str) -> str:
 def _metadata(
     store: SqliteStore, row: SessionRow, summary: SessionSummary, plan: Plan | None, now_us: int
 ) -> str:
-    checkpoints = store.checkpoints(row.sid)
-    if checkpoints:
-        newest = checkpoints[0]
+    newest = store.newest_checkpoint(row)
+    if newest is not None:
         checkpoint = f"{iso_time(newest.created_at)} (checkpoint {newest.id}, event {newest.seq})"
     else:
         checkpoint = "none"
@@ -299,7 +298,7 @@ class ProgressFile:
     interval is the instance's."""
 
     def __init__(
-        self, paths: StatePaths, *, min_interval_s: float = 1.0, max_share: float = 0.02
+        self, paths: StatePaths, *, min_interval_s: float = 1.0, max_share: float = 0.01
     ) -> None:
         self._paths = paths
         self._min_interval_s = min_interval_s

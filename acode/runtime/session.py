@@ -23,7 +23,14 @@ from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType, canonical_json
 from acode.domain.idempotency import STEP_ID_PATTERN, key_prefix
 from acode.domain.kinds import StepKind
-from acode.domain.reducer import StepRecord, StepStatus, step_record, step_status
+from acode.domain.reducer import (
+    DEFAULT_STEP_KIND,
+    FIRST_ATTEMPT,
+    StepRecord,
+    StepStatus,
+    step_record,
+    step_status,
+)
 from acode.domain.states import SessionState, can_transition, is_terminal
 from acode.errors import (
     ApprovalPending,
@@ -381,14 +388,14 @@ class Session:
                             SessionState.AWAITING_APPROVAL, f"step {step_id} awaits approval"
                         ),
                     ],
-                    steps=[self._record(base, StepStatus.IN_PROGRESS)],
+                    steps=[step_record(StepStatus.IN_PROGRESS, 0, base)],
                 )
                 self._progress.update(self._journal, final=True)
             raise ApprovalPending(step_id, question)
         result = {"approved": bool(decision["approved"]), "by": decision["by"]}
         entries += self._to(SessionState.EXECUTING, "approval decided")
         entries.append((EventType.STEP_COMPLETED, {**base, "result": result}))
-        self._journal.write(entries, steps=[self._record(base, StepStatus.COMPLETED)])
+        self._journal.write(entries, steps=[step_record(StepStatus.COMPLETED, 0, base)])
         if result["approved"]:
             notice(StepPhase.DONE, "approved")
         else:
@@ -459,7 +466,7 @@ class Session:
             rolled_back = {**base, "restored": list(recovery.restored), "started": started}
             self._journal.write(
                 [(EventType.STEP_ROLLED_BACK, rolled_back)],
-                steps=[self._record(base, StepStatus.ROLLED_BACK)],
+                steps=[step_record(StepStatus.ROLLED_BACK, 0, base)],
                 checkpoint=False,
             )
             notice(StepPhase.ROLLED_BACK, recovery.detail)
@@ -491,7 +498,7 @@ class Session:
             base = self._step_payload(env.ctx, input_hash)
             self._journal.write(
                 [(EventType.STEP_STARTED, {**base, **prepared.record})],
-                steps=[self._record(base, StepStatus.IN_PROGRESS)],
+                steps=[step_record(StepStatus.IN_PROGRESS, 0, base)],
                 blobs=prepared.blobs,
                 checkpoint=False,
             )
@@ -585,29 +592,16 @@ class Session:
     def _step_payload(self, ctx: StepContext, input_hash: str) -> dict[str, Any]:
         """The fields every event about a step carries."""
         # No idempotency key: it is made from the session, step and attempt recorded here.
-        payload: dict[str, Any] = {
-            "step": ctx.step_id,
-            "kind": ctx.kind,
-            "position": ctx.position,
-            "attempt": ctx.attempt,
-        }
+        payload: dict[str, Any] = {"step": ctx.step_id, "position": ctx.position}
+        if ctx.kind != DEFAULT_STEP_KIND:
+            payload["kind"] = ctx.kind
+        if ctx.attempt != FIRST_ATTEMPT:
+            payload["attempt"] = ctx.attempt
         if input_hash != _NO_INPUT:
             payload["input_hash"] = input_hash
         if ctx.task_id is not None:
             payload["task"] = ctx.task_id
         return payload
-
-    @staticmethod
-    def _record(payload: dict[str, Any], status: StepStatus) -> StepRecord:
-        return StepRecord(
-            position=payload["position"],
-            step_id=payload["step"],
-            kind=payload["kind"],
-            status=status,
-            attempt=payload["attempt"],
-            task_id=payload.get("task"),
-            input_hash=payload.get("input_hash"),
-        )
 
     def _finish(
         self,
@@ -628,7 +622,7 @@ class Session:
             payload["recovered"] = True
         self._journal.write(
             [(EventType.STEP_COMPLETED, payload)],
-            steps=[self._record(base, StepStatus.COMPLETED)] if has_row else (),
+            steps=[step_record(StepStatus.COMPLETED, 0, base)] if has_row else (),
             messages=outcome.messages,
             blobs=outcome.blobs,
             files=outcome.files,
@@ -640,7 +634,7 @@ class Session:
         base = self._step_payload(env.ctx, input_hash)
         self._journal.write(
             [(EventType.STEP_FAILED, {**base, "error": error.message})],
-            steps=[self._record(base, StepStatus.FAILED)],
+            steps=[step_record(StepStatus.FAILED, 0, base)],
         )
 
     def _recorded(self, position: int) -> StepRecord | None:

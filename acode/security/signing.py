@@ -13,9 +13,10 @@ from pathlib import Path
 
 from acode.errors import CheckpointError, ErrorCode
 
-__all__ = ["SECRET_ENV", "Signer", "key_path", "load_signer"]
+__all__ = ["SECRET_ENV", "TAG_BYTES", "Signer", "key_path", "load_signer"]
 
 SECRET_ENV = "ACODE_CHECKPOINT_SECRET"
+TAG_BYTES = 16
 
 
 def key_path() -> Path:
@@ -28,12 +29,26 @@ class Signer:
         self._key = key
 
     def sign(self, message: bytes) -> str:
-        # The one-shot form: a checkpoint is signed at every step, and hmac.new costs
-        # several times as much.
-        return hmac.digest(self._key, message, "sha256").hex()
+        """The whole HMAC-SHA256, in hex (approvals)."""
+        return self._mac(message).hex()
+
+    def tag(self, message: bytes) -> bytes:
+        """The HMAC-SHA256 truncated to 16 bytes (checkpoints, one at every step). RFC
+        2104 allows truncating to half the hash: forging one still takes 2^128 tries."""
+        return self._mac(message)[:TAG_BYTES]
 
     def verify(self, message: bytes, signature: str) -> bool:
-        return hmac.compare_digest(self.sign(message), signature)
+        """Whether ``signature`` (hex) is this key's whole HMAC of ``message`` or, for a
+        checkpoint, its 16-byte tag; any other length is refused."""
+        full = self._mac(message).hex()
+        if len(signature) not in (len(full), 2 * TAG_BYTES):
+            return False
+        return hmac.compare_digest(full[: len(signature)], signature)
+
+    def _mac(self, message: bytes) -> bytes:
+        # The one-shot form: a checkpoint is signed at every step, and hmac.new costs
+        # several times as much.
+        return hmac.digest(self._key, message, "sha256")
 
 
 def load_signer() -> Signer:

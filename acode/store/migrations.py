@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from acode.errors import SchemaTooNewError
+from acode.domain.ids import uuid_bytes
+from acode.errors import SchemaTooNewError, StorageError
 
 __all__ = ["Migration", "available_migrations", "migrate", "schema_version"]
 
@@ -52,11 +53,36 @@ def migrate(conn: sqlite3.Connection, path: Path) -> int:
         )
     for migration in migrations:
         if migration.number > current:
-            _apply(conn, migration)
+            try:
+                _apply(conn, migration)
+            except sqlite3.Error as exc:
+                raise StorageError(
+                    f"cannot upgrade {path} to schema version {migration.number} "
+                    f"({migration.name}): {exc}",
+                    hint="the database was left as it was, at version "
+                    f"{schema_version(conn)}; it holds something acode never wrote, so "
+                    "inspect it with `sqlite3`, or move it away to start afresh",
+                ) from exc
     return max(current, latest)
 
 
+def _provide_functions(conn: sqlite3.Connection) -> None:
+    """The SQL functions a migration may call: conversions SQLite lacks."""
+    conn.create_function("uuid_bytes", 1, _uuid_bytes, deterministic=True)
+
+
+def _uuid_bytes(text: object) -> bytes | None:
+    # NULL for what is not a UUID's text: the column's NOT NULL then fails the migration,
+    # naming the column, and it rolls back whole.
+    try:
+        value = uuid_bytes(text) if isinstance(text, str) else b""
+    except ValueError:
+        return None
+    return value if len(value) == 16 else None
+
+
 def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
+    _provide_functions(conn)
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Another process may have migrated while we waited for the write lock.

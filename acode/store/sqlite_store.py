@@ -13,21 +13,23 @@ from pathlib import Path
 from typing import Any
 
 from acode.domain.events import Event, EventType
+from acode.domain.ids import uuid_bytes, uuid_text
 from acode.domain.reducer import (
     STEP_EVENT_TYPES,
     StepRecord,
     StepStatus,
     decode_summary,
+    fold,
     step_record,
     step_status,
 )
-from acode.errors import StorageError
+from acode.errors import CheckpointError, StorageError
 from acode.store.blobs import INSERT_BLOB, compress, get_blob
 from acode.store.connection import Durability, atomic, connect
 from acode.store.migrations import migrate
 from acode.store.records import CheckpointRow, Commit, FileRow, MessageRow, SessionRow
 
-__all__ = ["SqliteStore", "key", "open_store"]
+__all__ = ["SqliteStore", "event_from_row", "key", "open_store"]
 
 _SPAN = 1 << 32
 
@@ -88,11 +90,23 @@ SELECT_UNFINISHED_STEPS = (
 )
 HAS_MESSAGES = "SELECT 1 FROM messages WHERE sid = ? LIMIT 1"
 _STEPS_BETWEEN = f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id <= ? ORDER BY id"
-# The two newest checkpoints in event rows (a reverse seek), after those of the old table.
+# The newest checkpoints in event rows (a reverse seek), after those of the old table;
+# the second query: the newest that wrote their summary out, which need no other row.
 # Read as bytes: an edited value of any type must fail its signature, not the read.
+_CHECKPOINT_COLUMNS = "seq, CAST(checkpoint AS BLOB), hash, CAST(signature AS BLOB), ts"
 SELECT_EVENT_CHECKPOINTS = (
-    "SELECT seq, CAST(checkpoint AS BLOB), hash, CAST(signature AS BLOB), ts FROM events"
-    " WHERE id > ? AND id < ? AND checkpoint IS NOT NULL ORDER BY id DESC LIMIT 2"
+    f"SELECT {_CHECKPOINT_COLUMNS} FROM events"
+    " WHERE id > ? AND id < ? AND signature IS NOT NULL ORDER BY id DESC LIMIT ?"
+)
+SELECT_WRITTEN_CHECKPOINTS = (
+    f"SELECT {_CHECKPOINT_COLUMNS} FROM events WHERE id > ? AND id < ?"
+    " AND signature IS NOT NULL AND checkpoint IS NOT NULL ORDER BY id DESC LIMIT 2"
+)
+# Schema 5: most checkpoints leave their summary out; it is the newest summary written
+# before them with the events since folded in (see SqliteStore._derived_summary).
+SELECT_SUMMARY_BEFORE = (
+    "SELECT seq, CAST(checkpoint AS BLOB) FROM events"
+    " WHERE id > ? AND id < ? AND checkpoint IS NOT NULL ORDER BY id DESC LIMIT 1"
 )
 # What versions before schema 4 wrote: two slots per session, read, never written.
 SELECT_CHECKPOINTS = (
@@ -141,6 +155,91 @@ def _current(cp: CheckpointRow, title: str) -> tuple[str | None, str | None]:
     except (ValueError, TypeError, KeyError):
         return None, None
     return summary.current_task, summary.current_step
+
+
+def event_from_row(session_id: str, row: tuple[Any, ...]) -> Event:
+    """An event from the columns of ``_EVENT_COLUMNS``."""
+    seq, event_id, ts, type_, payload, hash_ = row
+    return Event(
+        session_id=session_id,
+        seq=int(seq),
+        event_id=_event_id(event_id),
+        ts_us=int(ts),
+        type=EventType(str(type_)),
+        payload_json=str(payload),
+        hash=bytes(hash_),
+    )
+
+
+def _event_id(stored: object) -> str:
+    # 16 bytes from schema 5 on. Anything else was put there by hand: shown as it is, it
+    # fails the hash chain, which names the event.
+    if isinstance(stored, bytes) and len(stored) == 16:
+        return uuid_text(stored)
+    return stored.hex() if isinstance(stored, bytes) else str(stored)
+
+
+# One statement of a write: the SQL, its parameters, and whether they are many rows of
+# them (executemany).
+_Statement = tuple[str, Any, bool]
+
+
+def _statements(sid: int, c: Commit) -> list[_Statement]:
+    """What writing ``c`` for session ``sid`` executes, in order."""
+    statements: list[_Statement] = []
+    if c.blobs:
+        blobs = [(sha, len(data), compress(data)) for sha, data in c.blobs]
+        statements.append((INSERT_BLOB, blobs, True))
+    # No checkpoint (the last two columns) but in the last row: see below.
+    rows: list[tuple[Any, ...]] = [
+        (
+            key(sid, e.seq),
+            sid,
+            e.seq,
+            uuid_bytes(e.event_id),
+            e.ts_us,
+            e.type.value,
+            e.payload_json,
+            e.hash,
+            None,
+            None,
+        )
+        for e in c.events
+    ]
+    k = c.checkpoint
+    if k is not None:
+        # A checkpoint is taken at the write's last event and goes into its row.
+        assert k.seq == c.events[-1].seq
+        summary = k.summary if c.summary_written else None
+        rows[-1] = (*rows[-1][:8], summary, bytes.fromhex(k.signature))
+    # A step's completion, one row: no executemany set-up.
+    statements.append(
+        (INSERT_EVENT, rows[0], False) if len(rows) == 1 else (INSERT_EVENT, rows, True)
+    )
+    for r in c.steps:
+        step = (key(sid, r.position), sid, r.position, r.step_id, r.task_id, r.kind)
+        fields = (r.status.value, r.attempt, r.input_hash, r.event_seq)
+        statements.append((UPSERT_STEP, (*step, *fields), False))
+    if c.messages:
+        messages = [(sid, m.idx, m.role, m.content, m.seq) for m in c.messages]
+        statements.append((INSERT_MESSAGE, messages, True))
+    if c.files:
+        seq = c.events[-1].seq
+        files = [(sid, f.path, f.sha256, f.size, f.mtime_ns, seq) for f in c.files]
+        statements.append((UPSERT_FILE, files, True))
+    if c.state is not None:
+        statements.append((UPDATE_SESSION, (c.state, c.updated_at, sid), False))
+    if c.archive:
+        statements.append((ARCHIVE_SESSION, (sid,), False))
+    return statements
+
+
+def _run(conn: sqlite3.Connection, statements: list[_Statement]) -> None:
+    for sql, parameters, many in statements:
+        if many:
+            conn.executemany(sql, parameters)
+        else:
+            conn.execute(sql, parameters)
 
 
 class SqliteStore:
@@ -197,10 +296,9 @@ class SqliteStore:
         values = list(row)
         values[-1] = bool(values[-1])
         session = SessionRow(*values)
-        checkpoints = self.checkpoints(session.sid)
-        if not checkpoints:
+        newest = self.newest_checkpoint(session)
+        if newest is None:
             return session
-        newest = checkpoints[0]
         task, step = _current(newest, session.title)
         return replace(
             session,
@@ -240,93 +338,41 @@ class SqliteStore:
     def commit(self, sid: int, commit: Commit) -> None:
         """Write one Commit in one transaction (the step path: no context manager)."""
         conn = self.conn
+        statements = _statements(sid, commit)
+        if len(statements) == 1:
+            # One statement is a transaction of its own, as atomic and as durable, and
+            # waits for the write lock the same way: BEGIN and COMMIT would only cost two
+            # more statements at most steps, whose completion is a single row.
+            _run(conn, statements)
+            return
         conn.execute("BEGIN IMMEDIATE")
         try:
-            self._write(conn, sid, commit)
+            _run(conn, statements)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
 
     def _write(self, conn: sqlite3.Connection, sid: int, c: Commit) -> None:
-        if c.blobs:
-            conn.executemany(
-                INSERT_BLOB, [(sha, len(data), compress(data)) for sha, data in c.blobs]
-            )
-        rows: list[tuple[object, ...]] = []
-        for e in c.events:
-            rowid = key(sid, e.seq)
-            rows.append((rowid, sid, e.seq, e.event_id, e.ts_us, e.type.value, e.payload_json))
-            rows[-1] += (e.hash, None, None)  # no checkpoint here: see below
-        k = c.checkpoint
-        if k is not None:
-            # A checkpoint is taken at the write's last event and goes into its row.
-            assert k.seq == c.events[-1].seq
-            rows[-1] = (*rows[-1][:8], k.summary, bytes.fromhex(k.signature))
-        if len(rows) == 1:
-            conn.execute(INSERT_EVENT, rows[0])  # a step's completion: no executemany set-up
-        else:
-            conn.executemany(INSERT_EVENT, rows)
-        for s in c.steps:
-            conn.execute(
-                UPSERT_STEP,
-                (
-                    key(sid, s.position),
-                    sid,
-                    s.position,
-                    s.step_id,
-                    s.task_id,
-                    s.kind,
-                    s.status.value,
-                    s.attempt,
-                    s.input_hash,
-                    s.event_seq,
-                ),
-            )
-        if c.messages:
-            conn.executemany(
-                INSERT_MESSAGE, [(sid, m.idx, m.role, m.content, m.seq) for m in c.messages]
-            )
-        if c.files:
-            seq = c.events[-1].seq
-            conn.executemany(
-                UPSERT_FILE,
-                [(sid, f.path, f.sha256, f.size, f.mtime_ns, seq) for f in c.files],
-            )
-        if c.state is not None:
-            conn.execute(UPDATE_SESSION, (c.state, c.updated_at, sid))
-        if c.archive:
-            conn.execute(ARCHIVE_SESSION, (sid,))
+        _run(conn, _statements(sid, c))
 
     # -- reads ----------------------------------------------------------------------
-
-    def _event(self, session_id: str, row: tuple[object, ...]) -> Event:
-        seq, event_id, ts, type_, payload, hash_ = row
-        return Event(
-            session_id=session_id,
-            seq=int(seq),  # type: ignore[call-overload]
-            event_id=str(event_id),
-            ts_us=int(ts),  # type: ignore[call-overload]
-            type=EventType(str(type_)),
-            payload_json=str(payload),
-            hash=bytes(hash_),  # type: ignore[call-overload]
-        )
 
     def events(self, session: SessionRow, after_seq: int = 0) -> list[Event]:
         bounds = (key(session.sid, after_seq), key(session.sid + 1, 0))
         rows = self.conn.execute(SELECT_EVENTS_AFTER, bounds).fetchall()
-        return [self._event(session.id, r) for r in rows]
+        return [event_from_row(session.id, r) for r in rows]
 
     def event(self, session: SessionRow, seq: int) -> Event:
         row = self.conn.execute(SELECT_EVENT, (key(session.sid, seq),)).fetchone()
         if row is None:
             raise StorageError(f"session {session.short_id or session.id} has no event {seq}")
-        return self._event(session.id, row)
+        return event_from_row(session.id, row)
 
     def events_of_type(self, session: SessionRow, type_: EventType) -> list[Event]:
         bounds = (key(session.sid, 0), key(session.sid + 1, 0))
         rows = self.conn.execute(SELECT_EVENTS_OF_TYPE, (*bounds, type_.value)).fetchall()
-        return [self._event(session.id, r) for r in rows]
+        return [event_from_row(session.id, r) for r in rows]
 
     def step_events(
         self, session: SessionRow, after_seq: int, limit: int
@@ -362,17 +408,62 @@ class SqliteStore:
         bounds = (key(sid, first), key(sid, last))
         return [_step(r) for r in self.conn.execute(_STEPS_BETWEEN, bounds)]
 
-    def checkpoints(self, sid: int) -> list[CheckpointRow]:
+    def checkpoints(self, session: SessionRow) -> list[CheckpointRow]:
         """The checkpoints to load from, newest first: the two newest written into event
-        rows, then those an older acode kept in the `checkpoints` table."""
-        old = [CheckpointRow(*r) for r in self.conn.execute(SELECT_CHECKPOINTS, (sid,))]
-        after = old[0].seq if old else 0
-        bounds = (key(sid, after), key(sid + 1, 0))
-        rows = self.conn.execute(SELECT_EVENT_CHECKPOINTS, bounds).fetchall()
-        return [
-            CheckpointRow(seq, seq, summary.decode(errors="replace"), head, _signature(sig), ts)
-            for seq, summary, head, sig, ts in rows
-        ] + old
+        rows; then the two newest of those that wrote their summary out, for when the
+        summary the others derive theirs from was damaged; then those an older acode kept
+        in the `checkpoints` table. Only a checkpoint's signature says it is right."""
+        old = self._old_checkpoints(session.sid)
+        bounds = self._checkpoint_bounds(session.sid, old)
+        rows = self.conn.execute(SELECT_EVENT_CHECKPOINTS, (*bounds, 2)).fetchall()
+        taken = {r[0] for r in rows}
+        rows += [
+            r for r in self.conn.execute(SELECT_WRITTEN_CHECKPOINTS, bounds) if r[0] not in taken
+        ]
+        return [self._checkpoint(session, r) for r in rows] + old
+
+    def newest_checkpoint(self, session: SessionRow) -> CheckpointRow | None:
+        """The newest checkpoint, unverified: what a list of sessions shows."""
+        old = self._old_checkpoints(session.sid)
+        bounds = self._checkpoint_bounds(session.sid, old)
+        row = self.conn.execute(SELECT_EVENT_CHECKPOINTS, (*bounds, 1)).fetchone()
+        if row is not None:
+            return self._checkpoint(session, row)
+        return old[0] if old else None
+
+    def _old_checkpoints(self, sid: int) -> list[CheckpointRow]:
+        return [CheckpointRow(*r) for r in self.conn.execute(SELECT_CHECKPOINTS, (sid,))]
+
+    @staticmethod
+    def _checkpoint_bounds(sid: int, old: list[CheckpointRow]) -> tuple[int, int]:
+        """The event rows that may hold checkpoints newer than the old table's."""
+        return key(sid, old[0].seq if old else 0), key(sid + 1, 0)
+
+    def _checkpoint(self, session: SessionRow, row: tuple[Any, ...]) -> CheckpointRow:
+        seq, text, head, signature, ts = row
+        summary = (
+            self._derived_summary(session, seq) if text is None else text.decode("utf-8", "replace")
+        )
+        return CheckpointRow(seq, seq, summary, head, _signature(signature), ts)
+
+    def _derived_summary(self, session: SessionRow, seq: int) -> str:
+        """The summary at event ``seq``: the newest one written out before it, with the
+        events after that folded in. Whatever stops the fold (no summary written, an
+        unreadable one, an impossible event) gives "", which fails the signature, so the
+        loader falls back as it does for any damaged checkpoint."""
+        sid = session.sid
+        base = self.conn.execute(SELECT_SUMMARY_BEFORE, (key(sid, 0), key(sid, seq))).fetchone()
+        if base is None:
+            return ""
+        base_seq, text = base
+        try:
+            summary = decode_summary(text.decode(), title=session.title, seq=base_seq)
+            bounds = (key(sid, base_seq), key(sid, seq + 1))
+            for row in self.conn.execute(SELECT_EVENTS_AFTER, bounds):
+                summary = fold(summary, event_from_row(session.id, row))
+        except (ValueError, TypeError, KeyError, CheckpointError):
+            return ""
+        return summary.encode()
 
     def files(self, sid: int) -> list[FileRow]:
         """The files the session read or wrote, as it last saw them."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from acode.domain.events import Event, EventType
+from acode.domain.events import Event
 from acode.store.connection import atomic
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore, key
+from acode.store.sqlite_store import SqliteStore, event_from_row, key
 
 __all__ = ["Backlog", "SyncLedger", "SyncStateRow"]
 
@@ -113,10 +113,7 @@ class SyncLedger:
         """Up to ``limit`` events after ``after_seq``, in seq order."""
         bounds = (key(session.sid, after_seq), key(session.sid + 1, 0))
         rows = self.store.conn.execute(SELECT_PENDING, (*bounds, limit))
-        return [
-            Event(session.id, int(seq), str(eid), int(ts), EventType(str(t)), str(p), bytes(h))
-            for seq, eid, ts, t, p, h in rows
-        ]
+        return [event_from_row(session.id, r) for r in rows]
 
     def mark_synced(self, sid: int, remote_id: str, seq: int, now_us: int) -> None:
         """The remote committed every event up to ``seq``: call only after its commit."""

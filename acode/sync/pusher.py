@@ -49,7 +49,7 @@ def next_batch(
     if not events:
         return None
     last = events[-1].seq
-    checkpoints = [cp for cp in ledger.store.checkpoints(session.sid) if synced < cp.seq <= last]
+    checkpoints = [cp for cp in ledger.store.checkpoints(session) if synced < cp.seq <= last]
     return Batch(session, events, sorted(checkpoints, key=lambda cp: cp.id))
 
 

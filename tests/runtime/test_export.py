@@ -44,7 +44,7 @@ def test_json_export_is_complete_and_round_trips(workspace: Path) -> None:
         row = store.session(session_id)
         data = json.loads(export_session(store, row, "json"))
         events = store.events(row)
-        checkpoints = store.checkpoints(row.sid)
+        checkpoints = store.checkpoints(row)
     finally:
         store.close()
 

@@ -82,7 +82,7 @@ def test_an_edited_old_event_is_found_by_full_verification(workspace: Path) -> N
 def test_a_forged_checkpoint_signature_is_refused(workspace: Path) -> None:
     sid = _paused_session(workspace)
     with _raw(workspace) as conn:
-        conn.execute("UPDATE events SET signature = randomblob(32) WHERE checkpoint IS NOT NULL")
+        conn.execute("UPDATE events SET signature = randomblob(32) WHERE signature IS NOT NULL")
     with pytest.raises(CheckpointError, match="signature does not match") as info:
         acode.resume_session(sid, workspace=workspace)
     assert info.value.code is ErrorCode.CHECKPOINT_INVALID
@@ -93,7 +93,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(workspace: P
     with _raw(workspace) as conn:
         conn.execute(
             "UPDATE events SET signature = 'damaged'"
-            " WHERE seq = (SELECT max(seq) FROM events WHERE checkpoint IS NOT NULL)"
+            " WHERE seq = (SELECT max(seq) FROM events WHERE signature IS NOT NULL)"
         )
     with acode.resume_session(sid, workspace=workspace) as r:
         assert r.steps_completed == 3

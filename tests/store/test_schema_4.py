@@ -22,7 +22,8 @@ import acode
 from acode.domain.chain import event_hash, genesis_hash
 from acode.domain.events import Event, EventType, canonical_json
 from acode.domain.idempotency import generate
-from acode.domain.reducer import SessionSummary, fold
+from acode.domain.ids import uuid_text
+from acode.domain.reducer import DEFAULT_STEP_KIND, FIRST_ATTEMPT, SessionSummary, fold
 from acode.errors import CheckpointError, ErrorCode
 from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal, checkpoint_message, verify_history
@@ -87,10 +88,13 @@ def _as_schema_3(ws: Path) -> None:
     heads: dict[int, bytes] = {}
     summaries: dict[int, SessionSummary | None] = {}
     taken: dict[int, list[CheckpointRow]] = {}
-    for sid, seq, event_id, ts, type_, payload_json, checkpoint in events:
+    for sid, seq, stored_id, ts, type_, payload_json, checkpoint in events:
         session_id, title = ids[sid]
+        event_id = uuid_text(stored_id)
         payload = Event(session_id, seq, event_id, ts, EventType(type_), payload_json, b"").payload
         if type_ in _STEP_EVENTS:
+            payload.setdefault("kind", DEFAULT_STEP_KIND)
+            payload.setdefault("attempt", FIRST_ATTEMPT)
             payload["key"] = generate(session_id, payload["step"], payload["attempt"])
             payload.setdefault("input_hash", _NO_INPUT)
         text = canonical_json(payload)
@@ -136,13 +140,16 @@ def test_a_session_recorded_by_schema_3_upgrades_resumes_and_verifies(workspace:
         assert replayed == [{"i": i, "key": f"acode:v1:{sid}:s{i}:1"} for i in range(4)]
         assert r.step("s4", _result) == {"i": 4, "key": f"acode:v1:{sid}:s4:1"}
     store = open_store(StatePaths(workspace).db)
-    assert schema_version(store.conn) == 4
+    assert schema_version(store.conn) == available_migrations()[-1].number
     row = store.session(sid)
     assert row.state == "COMPLETED"
     summary = verify_history(store, row, load_signer())
     assert summary.steps_completed == 5
-    # The old checkpoints stay readable, after the new ones (the newest first).
-    assert [cp.summary[0] for cp in store.checkpoints(row.sid)] == ["[", "[", "{", "{"]
+    # The old checkpoints stay readable, after the new ones (the newest first): the two
+    # newest, the one that wrote the summary they derive theirs from, then the old ones.
+    checkpoints = store.checkpoints(row)
+    assert [cp.summary[0] for cp in checkpoints] == ["[", "[", "[", "{", "{"]
+    assert checkpoints[0].seq > checkpoints[1].seq > checkpoints[2].seq
     # A step of the old format and one of the new sit in one history.
     old, new = (e.payload for e in store.events_of_type(row, EventType.STEP_COMPLETED)[3:5])
     assert (old["key"], old["input_hash"]) == (f"acode:v1:{sid}:s3:1", _NO_INPUT)
@@ -175,21 +182,25 @@ def _load(ws: Path, sid: str) -> Journal:
 
 
 def _newest_checkpoint_seq(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("SELECT max(seq) FROM events WHERE checkpoint NOTNULL").fetchone()[0])
+    return int(conn.execute("SELECT max(seq) FROM events WHERE signature NOTNULL").fetchone()[0])
 
 
 @pytest.mark.parametrize(
     "edit",
     [
-        # The summary says more steps were done than were.
-        "UPDATE events SET checkpoint = replace(checkpoint, ',3,3,', ',9,9,') WHERE seq = ?",
+        # A summary written into the newest checkpoint, which left its own out, saying
+        # more steps were done than were.
+        'UPDATE events SET checkpoint = \'[2,"PAUSED",9,9,"s2"]\' WHERE seq = ?',
         "UPDATE events SET signature = NULL WHERE seq = ?",
-        "UPDATE events SET signature = substr(signature, 1, 31) || x'00' WHERE seq = ?",
+        "UPDATE events SET signature = substr(signature, 1, 15) || x'00' WHERE seq = ?",
         "UPDATE events SET signature = 'damaged' WHERE seq = ?",
-        "UPDATE events SET checkpoint = x'ff' || checkpoint WHERE seq = ?",
+        # The summary the newest checkpoints derive theirs from, damaged: they fail, and
+        # so does the one that wrote it; an older one that wrote its own is loaded.
+        "UPDATE events SET checkpoint = x'ff' || checkpoint WHERE seq ="
+        " (SELECT max(seq) FROM events WHERE checkpoint NOTNULL AND seq <= ?)",
         # Another event's signed checkpoint, moved onto this one.
         "UPDATE events SET (checkpoint, signature) = (SELECT checkpoint, signature FROM events"
-        " WHERE checkpoint NOTNULL AND seq < ?1 ORDER BY seq DESC LIMIT 1) WHERE seq = ?1",
+        " WHERE signature NOTNULL AND seq < ?1 ORDER BY seq DESC LIMIT 1) WHERE seq = ?1",
     ],
 )
 def test_an_edited_checkpoint_column_falls_back_to_the_previous_checkpoint(
@@ -250,7 +261,7 @@ def test_a_step_that_completes_in_one_commit_writes_one_row(workspace: Path) -> 
         last = conn.execute(
             "SELECT type, checkpoint NOTNULL, length(signature) FROM events ORDER BY id DESC"
         ).fetchone()
-    assert last == ("step_completed", 1, 32)
+    assert last == ("step_completed", 0, 16)  # a checkpoint whose summary is derived
     s.write("d", "d.txt", "d")  # a start record: a row, brought up to date on completion
     s.close()
     assert _counts(workspace)[1:] == (steps + 1, 0)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from acode.domain.config import AcodeConfig, SyncSettings
+from acode.domain.ids import uuid_text
 from tests.support.postgres import (
     DSN_VARIABLE,
     GIVEN_DSN,
@@ -122,7 +123,7 @@ def local_events(workspace: Path, session_id: str) -> list[tuple[str, int, str, 
         ).fetchall()
     finally:
         conn.close()
-    return [(str(e), int(s), str(t), bytes(h)) for e, s, t, h in rows]
+    return [(uuid_text(e), int(s), str(t), bytes(h)) for e, s, t, h in rows]
 
 
 def assert_mirrored(mirror: Mirror, workspace: Path, session_id: str) -> None:

@@ -63,6 +63,7 @@ def test_resuming_loads_only_what_a_library_caller_runs() -> None:
         "subprocess",
         "socket",
         "difflib",
+        "importlib.resources",
         "acode.runtime.git",
         "acode.runtime.process",
         "acode.runtime.model_client",

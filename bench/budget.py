@@ -21,7 +21,8 @@ from pathlib import Path
 
 import acode
 from acode.domain.continuation import plan_continuation
-from acode.domain.plan import Plan, StepKind, StepSpec, TaskSpec
+from acode.domain.kinds import StepKind
+from acode.domain.plan import Plan, StepSpec, TaskSpec
 from acode.domain.reducer import StepStatus
 from acode.resume.environment import changed_files
 from acode.resume.service import select_for_resume
@@ -122,10 +123,10 @@ def _environment(store: SqliteStore, row: SessionRow, workspace: Path) -> None:
 def _continuation(store: SqliteStore, row: SessionRow, journal: Journal) -> None:
     """The recorded plan against the recorded steps: what is done, what runs next (as
     acode.resume.service does it)."""
-    plan = recorded_plan(store, row)
     summary = journal.summary
-    assert plan is not None
     assert summary is not None
+    plan = recorded_plan(store, row, summary)  # the plan its signed checkpoints name
+    assert plan is not None
     unfinished = {s.position: s.status for s in store.unfinished_steps(row.sid)}
     statuses = {
         step.id: unfinished.get(i, StepStatus.COMPLETED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -42,6 +43,41 @@ def test_import_acode_loads_no_heavy_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _loaded(statement: str, modules: tuple[str, ...]) -> list[str]:
+    code = (
+        f"import json, sys; {statement}; "
+        f"print(json.dumps([m for m in {modules!r} if m in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded: list[str] = json.loads(out.stdout)
+    return loaded
+
+
+def test_resuming_loads_only_what_a_library_caller_runs() -> None:
+    """A library caller resumes and replays python steps: what the other step kinds, the
+    plan and the model need loads with their first use (recovery is timed from the
+    process's start)."""
+    unused = (
+        "subprocess",
+        "socket",
+        "difflib",
+        "importlib.resources",
+        "acode.runtime.git",
+        "acode.runtime.process",
+        "acode.runtime.model_client",
+        "acode.runtime.steps.file_steps",
+        "acode.runtime.steps.run_step",
+        "acode.domain.plan",
+        "acode.domain.continuation",
+    )
+    assert _loaded("import acode; acode.resume_session; acode.open_session", unused) == []
+
+
+def test_the_resume_command_loads_the_step_engine_only_to_run_steps() -> None:
+    engine = ("acode.runtime.session", "acode.runtime.plan_runner", "acode.cli.driver")
+    assert _loaded("import acode.cli.resume_command", engine) == []
 
 
 def test_every_error_has_a_code_and_an_exit_status() -> None:

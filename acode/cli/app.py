@@ -28,7 +28,17 @@ session_app = typer.Typer(help="List, inspect and manage sessions.", no_args_is_
 app.add_typer(session_app, name="session")
 
 
-def _add_work_commands() -> None:
+def _add_work_commands(argv: list[str]) -> None:
+    """Typer builds every registered command from its signature at each start, a good
+    part of what a command line costs before it runs; the work commands (task, work,
+    wsession, settings) are half of them. They join the command line that can reach
+    them: any that names no command of this module (help, a work command, a typo)."""
+    own = {g.name for g in app.registered_groups} | {
+        c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands
+    }
+    words = [arg for arg in argv if not arg.startswith("-")]
+    if "task" in own or (words and words[0] in own):
+        return  # added already, or not reachable from this command line
     from acode.cli.work_app import settings_app, task_app, work_app, wsession_app
 
     app.add_typer(task_app, name="task")
@@ -36,8 +46,6 @@ def _add_work_commands() -> None:
     app.add_typer(wsession_app, name="wsession")
     app.add_typer(settings_app, name="settings")
 
-
-_add_work_commands()
 
 WorkspaceOption = Annotated[
     Path | None,
@@ -436,6 +444,7 @@ def main() -> None:
     """Entry point: maps every outcome to the documented exit status."""
     from acode.cli.console import err_console, render_error
 
+    _add_work_commands(sys.argv[1:])
     try:
         # Outside standalone mode, a command's `typer.Exit(code)` comes back as the result.
         result = app(standalone_mode=False)

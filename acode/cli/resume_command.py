@@ -7,19 +7,18 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acode.cli.console import err_console, keyboard, out_console
-from acode.cli.driver import drive, drive_plan, terminal_approver
-from acode.cli.progress import choose_observer
-from acode.cli.prompts import changed_files_prompt, strategy_prompt
 from acode.cli.views import environment_lines, print_preview
 from acode.errors import NothingToResumeError, UsageError
 from acode.resume.modes import Candidate, Mode, candidates, default_mode
-from acode.resume.service import ChangedFilesAction, ResumePreview, preview_resume, resume_session
+from acode.resume.service import ChangedFilesAction, ResumePreview, preview_resume
 from acode.runtime.inspection import read_store
-from acode.runtime.interrupts import Interrupts
-from acode.runtime.observer import ApprovalRequest
-from acode.runtime.steps.base import InProgressStrategy
+
+if TYPE_CHECKING:
+    from acode.runtime.observer import ApprovalRequest
+    from acode.runtime.steps.base import InProgressStrategy
 
 __all__ = ["ResumeRequest", "run_resume"]
 
@@ -65,6 +64,14 @@ def run_resume(req: ResumeRequest) -> int:
 def _resume(
     req: ResumeRequest, session_id: str, mode: Mode, action: ChangedFilesAction | None
 ) -> int:
+    # What runs the rest of the session loads only here: --dry-run and the prompts before
+    # it never run a step.
+    from acode.cli.driver import drive, drive_plan, terminal_approver
+    from acode.cli.progress import choose_observer
+    from acode.cli.prompts import changed_files_prompt, strategy_prompt
+    from acode.resume.service import resume_session
+    from acode.runtime.interrupts import Interrupts
+
     shown: list[ResumePreview] = []
 
     def show(preview: ResumePreview) -> None:

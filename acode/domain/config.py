@@ -7,7 +7,6 @@ environment overrides happen in ``acode.runtime.config``.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -287,6 +286,8 @@ def _show(value: object) -> str:
 
 
 def _unknown_key(key: object, known: list[str]) -> str:
+    import difflib  # only a config with a mistake in it needs it
+
     close = difflib.get_close_matches(str(key), known, n=1) if isinstance(key, str) else []
     suggestion = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown key{suggestion}; known keys: {', '.join(known)}"

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from acode.domain.plan import Plan, StepKind, StepSpec
+from acode.domain.kinds import StepKind
+from acode.domain.plan import Plan, StepSpec
 from acode.domain.reducer import StepStatus
 
 __all__ = ["ContinuationPlan", "expected_action", "plan_continuation"]

@@ -9,7 +9,7 @@ started with.
 
 from __future__ import annotations
 
-import difflib
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -123,11 +123,14 @@ def changed_files(
     """(the files checked, the ones that differ from the record)."""
     checked: list[str] = []
     changed: list[ChangedFile] = []
+    # Joined as strings: a resume stats every file the session touched, and building a
+    # Path for each cost as much as the stat itself.
+    root = str(workspace)
     for row in recorded:
         if row.path in ignore:
             continue
         checked.append(row.path)
-        target = workspace / row.path
+        target = os.path.join(root, row.path)
         stat = stat_file(target)
         if stat is None:
             if row.sha256 is not None:
@@ -138,7 +141,7 @@ def changed_files(
             continue
         if stat.size == row.size and stat.mtime_ns == row.mtime_ns:
             continue  # unchanged without reading it
-        if sha256_file(target) != row.sha256:
+        if sha256_file(Path(target)) != row.sha256:
             changed.append(ChangedFile(row.path, Change.MODIFIED, stat.mtime_ns, row.sha256))
     return checked, changed
 
@@ -189,6 +192,8 @@ def diff_against_record(workspace: Path, change: ChangedFile, recorded: bytes | 
     """A unified diff from the content the session recorded to the file as it is now."""
     if recorded is None:
         return f"(no recorded content for {change.path}: only its hash was kept)\n"
+    import difflib  # only a person reviewing changes asks for it
+
     target = workspace / change.path
     now = target.read_bytes() if target.is_file() else b""
     lines = difflib.unified_diff(

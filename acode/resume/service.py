@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from acode.domain.config import AcodeConfig
-from acode.domain.continuation import ContinuationPlan, plan_continuation
 from acode.domain.events import EventType
-from acode.domain.plan import Plan, StepKind
+from acode.domain.kinds import StepKind
 from acode.domain.reducer import SessionSummary, StepStatus
 from acode.domain.states import SessionState, is_terminal
 from acode.errors import (
@@ -44,21 +43,22 @@ from acode.runtime.catalog import (
     resumable_sessions,
 )
 from acode.runtime.clock import Clock, SystemClock
-from acode.runtime.git import worktree_diff
-from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal, verify_history
 from acode.runtime.lifecycle import Workspace, existing_workspace, session_config, take_lock
 from acode.runtime.log import log_event
-from acode.runtime.observer import Approver, Observer
 from acode.runtime.orphans import reap_orphans
-from acode.runtime.session import Session, StrategyPrompt
-from acode.runtime.steps.base import InProgressStrategy
 from acode.runtime.sync_link import open_sync_link, sync_status
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
 
 if TYPE_CHECKING:
+    from acode.domain.continuation import ContinuationPlan
+    from acode.domain.plan import Plan
+    from acode.runtime.interrupts import Interrupts
+    from acode.runtime.observer import Approver, Observer
+    from acode.runtime.session import Session, StrategyPrompt
+    from acode.runtime.steps.base import InProgressStrategy
     from acode.sync.status import SyncStatus
 
 __all__ = [
@@ -160,6 +160,8 @@ def _preview(
     plan = recorded_plan(store, row, summary)
     continuation = None
     if plan is not None:
+        from acode.domain.continuation import plan_continuation
+
         continuation = plan_continuation(plan, _plan_statuses(store, row, plan, summary))
     return ResumePreview(
         row,
@@ -207,6 +209,8 @@ def _in_progress_paths(store: SqliteStore, row: SessionRow, workspace: Path) -> 
             paths.add(started["path"])
         paths.update(started.get("snapshot") or {})
         if isinstance(started.get("ghost"), str):
+            from acode.runtime.git import worktree_diff
+
             paths.update(worktree_diff(workspace, started["ghost"]).paths)
     return frozenset(paths)
 
@@ -367,6 +371,9 @@ def _resume(
     verify: bool,
     strategy_prompt: StrategyPrompt | None,
 ) -> Session:
+    # Loaded here, not with this module: a preview (--dry-run) runs no step.
+    from acode.runtime.session import Session
+
     signer = load_signer()
     with ExitStack() as cleanup:
         store = open_store(ws.paths.db, ws.config.durability)

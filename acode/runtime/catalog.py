@@ -6,10 +6,10 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from acode.domain.config import AcodeConfig, parse_config, with_overrides
 from acode.domain.events import EventType
-from acode.domain.plan import Plan
 from acode.domain.reducer import SessionSummary, payload_digest
 from acode.domain.states import SessionState, is_resumable
 from acode.errors import (
@@ -21,6 +21,9 @@ from acode.errors import (
 )
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore
+
+if TYPE_CHECKING:
+    from acode.domain.plan import Plan
 
 __all__ = [
     "LEDGER_KINDS",
@@ -100,6 +103,8 @@ def recorded_plan(
             hint="refusing to run it; the history is kept unchanged for inspection",
             code=ErrorCode.CHAIN_BROKEN,
         )
+    from acode.domain.plan import Plan  # plan sessions only
+
     if summary is None:
         return Plan.from_dict(event.payload["plan"])
     return Plan.from_record(event.payload["plan"])

@@ -12,7 +12,6 @@ import errno
 import hashlib
 import os
 import posixpath
-import secrets
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -60,10 +59,10 @@ def sha256_file(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def stat_file(path: Path) -> FileStat | None:
+def stat_file(path: Path | str) -> FileStat | None:
     """Size and mtime (following symlinks), or None when the file does not exist."""
     try:
-        result = path.stat()
+        result = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     return FileStat(size=result.st_size, mtime_ns=result.st_mtime_ns)
@@ -122,7 +121,8 @@ def _create_temp(directory: Path) -> tuple[int, Path]:
     # os.open with 0o644 lets the umask apply, unlike mkstemp's fixed 0o600.
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     while True:
-        temp = directory / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+        # What secrets.token_hex(8) returns, without loading the random module for it.
+        temp = directory / f"{TEMP_PREFIX}{os.urandom(8).hex()}"
         try:
             return os.open(temp, flags, 0o644), temp
         except FileExistsError:

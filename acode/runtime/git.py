@@ -41,7 +41,6 @@ __all__ = [
     "clear_stale_index_lock",
     "commit_all",
     "drop_snapshot",
-    "ensure_state_ignored",
     "find_commit_with_trailer",
     "is_work_tree",
     "prune_snapshots",
@@ -54,7 +53,6 @@ __all__ = [
 
 FALLBACK_NAME = "acode"
 FALLBACK_EMAIL = "acode@localhost"
-_IGNORE_ALL = b"*\n"
 # git's own trailer keys are tokens: letters, digits and dashes.
 _TRAILER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 
@@ -252,17 +250,6 @@ def _identity_env(workspace: Path) -> dict[str, str]:
         for role in ("AUTHOR", "COMMITTER"):
             env.setdefault(f"GIT_{role}_{role_var}", fallback)
     return env
-
-
-def ensure_state_ignored(state_dir: Path) -> None:
-    """Make git ignore everything in ``state_dir`` (the .gitignore ignores itself too)."""
-    ignore = state_dir / ".gitignore"
-    try:
-        current = ignore.read_bytes()
-    except FileNotFoundError:
-        current = None
-    if current != _IGNORE_ALL:
-        atomic_write(ignore, _IGNORE_ALL)
 
 
 # -- snapshots of the work tree ("ghost commits") ------------------------------------------

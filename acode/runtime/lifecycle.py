@@ -8,25 +8,27 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acode.domain.config import AcodeConfig, SyncSettings, config_hash, config_to_dict
 from acode.domain.events import EventType, canonical_json
 from acode.domain.ids import uuid7
-from acode.domain.plan import Plan
 from acode.domain.states import SessionState
 from acode.errors import SessionNotFoundError
 from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.config import load_config
-from acode.runtime.git import ensure_state_ignored
-from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import new_session_journal
 from acode.runtime.locks import SessionLock, acquire
-from acode.runtime.observer import Approver, Observer
-from acode.runtime.session import Session
 from acode.runtime.sync_link import open_sync_link
-from acode.runtime.workspace import StatePaths
+from acode.runtime.workspace import StatePaths, ensure_state_ignored
 from acode.security.signing import load_signer
 from acode.store.sqlite_store import open_store
+
+if TYPE_CHECKING:
+    from acode.domain.plan import Plan
+    from acode.runtime.interrupts import Interrupts
+    from acode.runtime.observer import Approver, Observer
+    from acode.runtime.session import Session
 
 __all__ = [
     "Workspace",
@@ -113,6 +115,10 @@ def open_session(
     that were applied to ``config``, so that resume applies them again. ``ledger``
     ("work" or "tasks") makes it a session that later commands append to
     (``acode.work.ledger``)."""
+    # Loaded here, not with this module: the commands that only read sessions and the
+    # previews of resume need the workspace helpers above, not the step engine.
+    from acode.runtime.session import Session
+
     clock = clock or SystemClock()
     ws = open_workspace(workspace, config)
     signer = load_signer()

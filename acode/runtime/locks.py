@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,7 +145,9 @@ def acquire(
             if not _same_file(fd, path):
                 os.close(fd)
                 continue
-            owner = LockOwner(os.getpid(), socket.gethostname(), now_iso, command)
+            # The host name as socket.gethostname() gives it (the kernel's node name),
+            # without loading the socket module on every resume.
+            owner = LockOwner(os.getpid(), os.uname().nodename, now_iso, command)
             _write_owner(fd, path, owner)
         except BaseException:
             os.close(fd)

@@ -6,7 +6,8 @@ completed steps return their recorded results and the run continues after them.
 
 from __future__ import annotations
 
-from acode.domain.plan import Plan, StepKind, StepSpec
+from acode.domain.kinds import StepKind
+from acode.domain.plan import Plan, StepSpec
 from acode.domain.states import SessionState
 from acode.runtime.git import is_work_tree, worktree_fingerprint
 from acode.runtime.session import Session

@@ -17,9 +17,8 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from acode.domain.plan import Plan
 from acode.domain.reducer import SessionSummary, StepRecord, StepStatus
 from acode.domain.states import is_terminal
 from acode.runtime.catalog import recorded_config, recorded_plan
@@ -30,6 +29,9 @@ from acode.runtime.workspace import StatePaths
 from acode.security.redaction import redact, redact_json
 from acode.store.records import MessageRow, SessionRow
 from acode.store.sqlite_store import SqliteStore
+
+if TYPE_CHECKING:
+    from acode.domain.plan import Plan
 
 __all__ = ["PROGRESS_FILE_NAME", "ProgressFile", "iso_time", "render_progress"]
 

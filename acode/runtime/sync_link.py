@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 from acode.errors import SessionLockedError
 from acode.runtime.log import log_event
-from acode.runtime.observer import Observer
 from acode.runtime.workspace import StatePaths
 
 if TYPE_CHECKING:
     from acode.runtime.journal import Journal
+    from acode.runtime.observer import Observer
     from acode.store.records import SessionRow
     from acode.store.sqlite_store import SqliteStore
     from acode.sync.notices import SyncNotice

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AGENT_DIR", "StatePaths", "find_workspace"]
+from acode.runtime.files import atomic_write
+
+__all__ = ["AGENT_DIR", "StatePaths", "ensure_state_ignored", "find_workspace"]
 
 AGENT_DIR = ".agent"
+_IGNORE_ALL = b"*\n"
 
 
 def find_workspace(start: Path) -> Path:
@@ -55,3 +58,14 @@ class StatePaths:
         import shutil
 
         shutil.rmtree(self.temp_dir(session_id), ignore_errors=True)
+
+
+def ensure_state_ignored(state_dir: Path) -> None:
+    """Make git ignore everything in ``state_dir`` (the .gitignore ignores itself too)."""
+    ignore = state_dir / ".gitignore"
+    try:
+        current = ignore.read_bytes()
+    except FileNotFoundError:
+        current = None
+    if current != _IGNORE_ALL:
+        atomic_write(ignore, _IGNORE_ALL)

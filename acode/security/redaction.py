@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 __all__ = ["MASK", "redact", "redact_json"]
@@ -53,43 +54,48 @@ _TOKEN_SHAPES = [
     r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
 ]
 
-_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
-    (
-        re.compile(
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
-            r".*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
-            re.DOTALL,
+
+@cache
+def _rules() -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
+    # Compiled at the first redaction, not on import: a command that redacts nothing
+    # (`acode resume --dry-run` of a session with no remote) does not compile them.
+    return [
+        (
+            re.compile(
+                r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+                r".*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+                re.DOTALL,
+            ),
+            lambda m: "-----BEGIN PRIVATE KEY----- ***redacted*** -----END PRIVATE KEY-----",
         ),
-        lambda m: "-----BEGIN PRIVATE KEY----- ***redacted*** -----END PRIVATE KEY-----",
-    ),
-    (re.compile("|".join(f"(?:{shape})" for shape in _TOKEN_SHAPES)), _whole),
-    (
-        re.compile(r"(?i)\b(?:authorization\s*[:=]\s*)?bearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})"),
-        _group("s"),
-    ),
-    (
-        # scheme://user:password@host
-        re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@"),
-        _group("s"),
-    ),
-    (
-        re.compile(
-            # Any key ending in one of these words ("db_password", "x-api-key"): a word
-            # not preceded by a letter or digit. (Matching the key's prefix too was
-            # quadratic on long runs of "." or "-": milliseconds for a 300-byte payload.)
-            r"(?i)(?<![A-Za-z0-9])"
-            r"(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|"
-            r"access[_-]?token|auth[_-]?token|refresh[_-]?token|client[_-]?secret|token)"
-            r"[\"']?\s*[:=]\s*[\"']?(?!\*\*\*)(?P<s>[^\s\"',;&]{4,})"
+        (re.compile("|".join(f"(?:{shape})" for shape in _TOKEN_SHAPES)), _whole),
+        (
+            re.compile(r"(?i)\b(?:authorization\s*[:=]\s*)?bearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})"),
+            _group("s"),
         ),
-        _group("s"),
-    ),
-]
+        (
+            # scheme://user:password@host
+            re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@"),
+            _group("s"),
+        ),
+        (
+            re.compile(
+                # Any key ending in one of these words ("db_password", "x-api-key"): a word
+                # not preceded by a letter or digit. (Matching the key's prefix too was
+                # quadratic on long runs of "." or "-": milliseconds for a 300-byte payload.)
+                r"(?i)(?<![A-Za-z0-9])"
+                r"(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|"
+                r"access[_-]?token|auth[_-]?token|refresh[_-]?token|client[_-]?secret|token)"
+                r"[\"']?\s*[:=]\s*[\"']?(?!\*\*\*)(?P<s>[^\s\"',;&]{4,})"
+            ),
+            _group("s"),
+        ),
+    ]
 
 
 def redact(text: str) -> str:
     """``text`` with every recognised secret masked."""
-    for pattern, replace in _RULES:
+    for pattern, replace in _rules():
         text = pattern.sub(replace, text)
     return text
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import sqlite3
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from acode.domain.ids import uuid_bytes
@@ -18,6 +17,10 @@ from acode.errors import SchemaTooNewError, StorageError
 __all__ = ["Migration", "available_migrations", "migrate", "schema_version"]
 
 _NAME = re.compile(r"(?P<number>\d{4})_(?P<name>\w+)\.sql")
+# The scripts as the package installs them (package data), beside this module: reading
+# them through importlib.resources loaded zipfile, tempfile and its readers at every
+# opening of a database, milliseconds of each command's and each resume's start.
+_SQL_DIR = Path(__file__).parent / "sql"
 
 
 @dataclass(frozen=True)
@@ -29,10 +32,11 @@ class Migration:
 
 def available_migrations() -> list[Migration]:
     found = []
-    for entry in resources.files("acode.store").joinpath("sql").iterdir():
+    for entry in _SQL_DIR.iterdir():
         match = _NAME.fullmatch(entry.name)
         if match:
-            found.append(Migration(int(match["number"]), match["name"], entry.read_text()))
+            sql = entry.read_text(encoding="utf-8")
+            found.append(Migration(int(match["number"]), match["name"], sql))
     return sorted(found, key=lambda m: m.number)
 
 

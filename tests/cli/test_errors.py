@@ -172,6 +172,10 @@ def test_a_missing_workspace_is_a_usage_error(acode: Cli) -> None:
 def test_a_command_line_mistake_is_a_usage_error(acode: Cli) -> None:
     mistakes = {
         ("frobnicate",): "No such command 'frobnicate'",
+        # The work commands join a command line that names none of the others: a typo
+        # of one is still matched against them.
+        ("wrk",): "Did you mean 'work'?",
+        ("task", "frobnicate"): "No such command 'frobnicate'",
         ("run",): "Missing argument",
         ("session", "show"): "Missing argument",
         ("run", "plan.yml", "--bogus"): "No such option: --bogus",

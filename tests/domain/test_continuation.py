@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acode.domain.continuation import ContinuationPlan, expected_action, plan_continuation
-from acode.domain.plan import Plan, StepKind, StepSpec
+from acode.domain.kinds import StepKind
+from acode.domain.plan import Plan, StepSpec
 from acode.domain.reducer import StepStatus
 
 DONE = StepStatus.COMPLETED

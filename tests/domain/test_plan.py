@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acode.domain.kinds import StepKind
 from acode.domain.plan import (
     NodePath,
     Plan,
     PlanProblem,
-    StepKind,
     StepSpec,
     TaskSpec,
     build_plan,
@@ -302,3 +302,24 @@ def test_generated_plans_survive_the_dict_round_trip(plan: Plan) -> None:
     assert Plan.from_dict(data) == plan
     # A recorded plan is rebuilt without the checks, to the same plan.
     assert Plan.from_record(data) == plan
+
+
+def test_a_recorded_step_is_the_step_the_plan_file_makes() -> None:
+    data = {
+        "id": "tests",
+        "run": "  python -m pytest -q\nsecond line",
+        "idempotent": True,
+        "timeout": 120,
+        "paths": ["build.log"],
+        "check": "test -f build.log",
+    }
+    [task] = Plan.from_record(
+        {"title": "p", "tasks": [{"id": "t", "title": "T", "steps": [data]}]}
+    ).tasks
+    [recorded] = task.steps
+    assert recorded == StepSpec.from_dict(data, "t")
+    assert recorded.title == "run: python -m pytest -q"  # derived as __init__ derives it
+    assert recorded.line is None
+    with pytest.raises(AttributeError):  # as frozen as any other StepSpec
+        recorded.title = "changed"  # type: ignore[misc]
+    assert hash(recorded) == hash(StepSpec.from_dict(data, "t"))

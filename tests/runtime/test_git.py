@@ -11,10 +11,10 @@ from acode.runtime.git import (
     FALLBACK_EMAIL,
     FALLBACK_NAME,
     commit_all,
-    ensure_state_ignored,
     find_commit_with_trailer,
     is_work_tree,
 )
+from acode.runtime.workspace import ensure_state_ignored
 
 _GIT_IDENTITY_VARS = (
     "GIT_AUTHOR_NAME",

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from acode.domain.plan import Plan, StepKind
+from acode.domain.kinds import StepKind
+from acode.domain.plan import Plan
 from acode.errors import ErrorCode, PlanError
 from acode.runtime.plan_loader import load_plan
 

@@ -444,3 +444,63 @@ def test_strategy_prompt_stop_pauses_the_session(
             r.write("w2", "f.txt", "two\n")
     assert _state(workspace, sid) == "PAUSED"
     assert (workspace / "f.txt").read_text() == "garbage"
+
+
+def _edit_first_result(ws: Path, payload_sql: str) -> None:
+    """Rewrite the first completed step's stored payload (the triggers that refuse it
+    dropped, as someone editing the database would)."""
+    import sqlite3
+
+    with sqlite3.connect(StatePaths(ws).db, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS events_are_append_only_update")
+        seq = conn.execute("SELECT min(seq) FROM events WHERE type = 'step_completed'").fetchone()
+        conn.execute(f"UPDATE events SET payload = {payload_sql} WHERE seq = ?", seq)
+
+
+def _interrupted(ws: Path) -> str:
+    s = acode.open_session("t", workspace=ws)
+    for i in range(3):
+        s.step(f"s{i}", lambda ctx: {"i": ctx.position, "ok": [True, None]})
+    s.pause("test")
+    s.close()
+    return s.id
+
+
+def test_a_replay_reads_a_payload_json_loads_would_read(workspace: Path) -> None:
+    sid = _interrupted(workspace)
+    _edit_first_result(workspace, "' ' || payload || ' '")  # the same JSON, spaced out
+    with acode.resume_session(sid, workspace=workspace) as s:
+        assert s.step("s0", lambda ctx: None) == {"i": 0, "ok": [True, None]}
+
+
+@pytest.mark.parametrize("payload", ["'[1, 2]'", "payload || ' {}'", "'{\"step\": '"])
+def test_a_replay_refuses_a_payload_that_is_not_one_object(workspace: Path, payload: str) -> None:
+    sid = _interrupted(workspace)
+    _edit_first_result(workspace, payload)
+    s = acode.resume_session(sid, workspace=workspace)
+    try:
+        with pytest.raises(acode.AcodeError, match="names no step"):
+            s.step("s0", lambda ctx: None)
+    finally:
+        s.close()
+
+
+def test_a_replay_across_read_windows_returns_every_result(workspace: Path) -> None:
+    from acode.runtime import session as session_module
+
+    steps = session_module._REPLAY_WINDOW * 2 + 3  # the history is read a window at a time
+    config = workspace / ".agent" / "config.yml"
+    config.parent.mkdir(parents=True)
+    config.write_text("durability: normal\n", encoding="utf-8")  # quick to record
+    s = acode.open_session("long", workspace=workspace)
+    for i in range(steps):
+        s.step(f"s{i}", lambda ctx: {"at": ctx.position})
+    s.pause("test")
+    s.close()
+
+    ran: list[int] = []
+    with acode.resume_session(s.id, workspace=workspace) as again:
+        for i in range(steps):
+            assert again.step(f"s{i}", lambda ctx: ran.append(ctx.position)) == {"at": i}
+        again.step("new", lambda ctx: ran.append(ctx.position))
+    assert ran == [steps]

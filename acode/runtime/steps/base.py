@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from acode.domain.config import AcodeConfig
-from acode.domain.plan import StepKind
+from acode.domain.kinds import StepKind
 from acode.store.records import FileRow
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from acode.domain.plan import StepKind
+from acode.domain.kinds import StepKind
 from acode.domain.usage import call_cost
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 from acode.store.sqlite_store import SqliteStore

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from acode.domain.idempotency import step_prefix
-from acode.domain.plan import StepKind
+from acode.domain.kinds import StepKind
 from acode.errors import StepFailedError
 from acode.runtime.git import (
     clear_stale_index_lock,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from acode.domain.plan import StepKind
+from acode.domain.kinds import StepKind
 from acode.errors import StepFailedError
 from acode.runtime.files import (
     atomic_write,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from acode.domain.events import canonical_json
-from acode.domain.plan import StepKind
+from acode.domain.kinds import StepKind
 from acode.errors import PlanError, StepFailedError
 from acode.runtime.steps.base import (
     Outcome,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from acode.domain.plan import StepKind
+from acode.domain.kinds import StepKind
 from acode.errors import StepFailedError
 from acode.runtime.files import expand_globs, resolve_in_workspace, sha256_bytes, sha256_file
 from acode.runtime.git import (

@@ -34,8 +34,10 @@ def _side_by_side_settings(quick: bool, full: bool) -> SideBySideSettings:
         chunk=50,
         recovery_sizes=(1_000,) if quick else (1_000, 10_000),
         recovery_runs=3,
-        history_sizes=(100_000,) if full else (),
+        history_sizes=() if quick else (100_000,),
         history_samples=3,
+        # A 50,000-step history takes DBOS and LangGraph minutes to build: --full only.
+        history_peers=None if full else ("acode-full", "bare-full"),
         cold_samples=5,
         budget_steps=10_000,
         snapshot_files=1_000,

@@ -119,11 +119,13 @@ def run_history(
     progress: Callable[[str], None],
     *,
     results: RecoveryResults,
+    keys: Sequence[str] | None,
 ) -> None:
-    """Long histories (--full): one crash run each, then ``samples`` recoveries that stop
-    at the first new step, leaving the history as they found it."""
+    """Long histories: one crash run each, then ``samples`` recoveries that stop at the
+    first new step, leaving the history as they found it; for the peers ``keys`` (None:
+    every one that runs that many steps with --full)."""
     for n in sizes:
-        peers = _peers(True, n)
+        peers = [p for p in _peers(True, n) if keys is None or p.key in keys]
         for peer in peers:
             directory = scratch / f"history-{n}-{peer.key}"
             side = directory.with_suffix(".side")

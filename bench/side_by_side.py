@@ -30,6 +30,7 @@ class SideBySideSettings:
     recovery_runs: int
     history_sizes: tuple[int, ...]  # probed only: first new step, one crash each
     history_samples: int
+    history_peers: tuple[str, ...] | None  # the peers probed there (None: every one)
     cold_samples: int
     budget_steps: int
     snapshot_files: int
@@ -67,7 +68,14 @@ def run_side_by_side(
         s = settings
         steps = run_steps(s.step_sizes, s.step_runs, s.chunk, scratch, progress, full=s.full)
         recovery = run_recovery(s.recovery_sizes, s.recovery_runs, scratch, progress, full=s.full)
-        run_history(s.history_sizes, s.history_samples, scratch, progress, results=recovery)
+        run_history(
+            s.history_sizes,
+            s.history_samples,
+            scratch,
+            progress,
+            results=recovery,
+            keys=s.history_peers,
+        )
         budget = run_budget(s.budget_steps, s.snapshot_files, s.budget_samples, scratch, progress)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -189,9 +189,15 @@ def _history_table(result: SideBySide) -> str:
         + (
             f" Histories of {', '.join(f'{n // 2:,}' for n in result.settings.history_sizes)} "
             f"steps are built once and recovered {result.settings.history_samples} times, each "
-            "stopping at the first new step."
+            "stopping at the first new step"
+            + (
+                ""
+                if result.settings.history_peers is None
+                else " (acode and the bare insert only; `--full` adds the others)"
+            )
+            + "."
             if result.settings.history_sizes
-            else " Histories of 50,000 steps (N = 100,000) need `--full`."
+            else " Histories of 50,000 steps (N = 100,000) are left out of `--quick`."
         ),
         "",
         "| engine | " + " | ".join(f"{n // 2:,} done" for n in sizes) + " | growth |",
@@ -359,11 +365,13 @@ def _targets(result: SideBySide) -> list[_Target]:
         )
     sizes = [m for m in _history_sizes(result) if rec.has(m, BASE)]
     growth = rec.median(sizes[-1], BASE, "first_new_s") / rec.median(sizes[0], BASE, "first_new_s")
+    loaded = rec.median(sizes[-1], BASE, "loaded_s") / rec.median(sizes[0], BASE, "loaded_s")
     targets.append(
         _Target(
             f"recovery flat in history: 100,000 steps within {FLAT_RECOVERY:g}x of 1,000",
             f"{_x(growth)} from N = {sizes[0]:,} to N = {sizes[-1]:,} "
-            f"({sizes[0] // 2:,} to {sizes[-1] // 2:,} steps done)",
+            f"({sizes[0] // 2:,} to {sizes[-1] // 2:,} steps done); loading the state "
+            f"alone: {_x(loaded)}",
             growth <= FLAT_RECOVERY if sizes[-1] >= 100_000 else None,
         )
     )

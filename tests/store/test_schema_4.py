@@ -19,20 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import acode
-from acode.domain.chain import event_hash, genesis_hash
-from acode.domain.events import Event, EventType, canonical_json
+from acode.domain.events import EventType, canonical_json
 from acode.domain.idempotency import generate
-from acode.domain.ids import uuid_text
-from acode.domain.reducer import DEFAULT_STEP_KIND, FIRST_ATTEMPT, SessionSummary, fold
 from acode.errors import CheckpointError, ErrorCode
 from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal, checkpoint_message, verify_history
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
-from acode.store.connection import connect
-from acode.store.migrations import _apply, available_migrations, schema_version
+from acode.store.migrations import available_migrations, schema_version
 from acode.store.records import CheckpointRow
 from acode.store.sqlite_store import open_store
+from tests.store.older_schemas import older_database
 
 _NO_INPUT = "44136fa355b3678a1146ad16f7e8649e"  # sha256("{}")[:32], as schema 3 stored it
 _STEP_EVENTS = {"step_started", "step_completed", "step_failed", "step_rolled_back"}
@@ -64,71 +61,45 @@ def _as_schema_3(ws: Path) -> None:
     sessions, with the idempotency key and the input hash in every step event (so a
     new hash chain), step rows in the old table, and the last two checkpoints in the
     two-slot table with version 1 summaries, signed as that version signed them."""
-    db = StatePaths(ws).db
-    with closing(sqlite3.connect(db)) as new:
-        sessions = new.execute("SELECT * FROM sessions").fetchall()
-        events = new.execute(
-            "SELECT sid, seq, event_id, ts, type, payload, checkpoint FROM events ORDER BY id"
-        ).fetchall()
-        steps = new.execute(
-            "SELECT sid, position, step_id, task_id, kind, status, attempt, input_hash,"
-            " event_seq FROM steps ORDER BY id"
-        ).fetchall()
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
-    conn = connect(db)
-    for migration in available_migrations():
-        if migration.number <= 3:
-            _apply(conn, migration)
+
+    def older_step(session_id: str, payload: dict[str, Any]) -> None:
+        payload["key"] = generate(session_id, payload["step"], payload["attempt"])
+        payload.setdefault("input_hash", _NO_INPUT)
+
     signer = load_signer()
-    conn.execute("BEGIN")
-    for row in sessions:
-        conn.execute(f"INSERT INTO sessions VALUES ({', '.join('?' * len(row))})", row)
-    ids = {row[0]: (row[1], row[2]) for row in sessions}  # sid -> (id, title)
-    heads: dict[int, bytes] = {}
-    summaries: dict[int, SessionSummary | None] = {}
-    taken: dict[int, list[CheckpointRow]] = {}
-    for sid, seq, stored_id, ts, type_, payload_json, checkpoint in events:
-        session_id, title = ids[sid]
-        event_id = uuid_text(stored_id)
-        payload = Event(session_id, seq, event_id, ts, EventType(type_), payload_json, b"").payload
-        if type_ in _STEP_EVENTS:
-            payload.setdefault("kind", DEFAULT_STEP_KIND)
-            payload.setdefault("attempt", FIRST_ATTEMPT)
-            payload["key"] = generate(session_id, payload["step"], payload["attempt"])
-            payload.setdefault("input_hash", _NO_INPUT)
-        text = canonical_json(payload)
-        head = event_hash(heads.get(sid, genesis_hash(session_id)), seq, event_id, ts, type_, text)
-        heads[sid] = head
-        summary = fold(
-            summaries.get(sid), Event(session_id, seq, event_id, ts, EventType(type_), text, head)
-        )
-        summaries[sid] = summary
-        conn.execute(
-            "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (sid, seq, event_id, ts, type_, text, head),
-        )
-        if checkpoint is not None:
-            cps = taken.setdefault(sid, [])
-            unsigned = CheckpointRow(
-                len(cps) + 1, seq, canonical_json(summary.to_dict()), head, "", ts
+    with older_database(ws, 3, older_step) as old:
+        taken: dict[int, list[CheckpointRow]] = {}
+        for e in old.events:
+            old.conn.execute(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (e.sid, e.seq, e.event_id, e.ts, e.type, e.payload, e.head),
             )
-            signature = signer.sign(checkpoint_message(session_id, title, unsigned))
-            cps.append(CheckpointRow(unsigned.id, seq, unsigned.summary, head, signature, ts))
-    for row in steps:
-        conn.execute(
-            "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (*row[:7], row[7] or _NO_INPUT, row[8]),
-        )
-    for sid, cps in taken.items():
-        for cp in cps[-2:]:
-            conn.execute(
-                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (sid, cp.id % 2, cp.id, cp.seq, cp.summary, cp.head, cp.signature, cp.created_at),
+            if e.checkpointed:
+                cps = taken.setdefault(e.sid, [])
+                summary = canonical_json(e.summary.to_dict())
+                unsigned = CheckpointRow(len(cps) + 1, e.seq, summary, e.head, "", e.ts)
+                signature = signer.sign(checkpoint_message(e.session_id, e.title, unsigned))
+                cps.append(unsigned._replace(signature=signature))
+        for row in old.steps:
+            old.conn.execute(
+                "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*row[:7], row[7] or _NO_INPUT, row[8]),
             )
-    conn.execute("COMMIT")
-    assert schema_version(conn) == 3
-    conn.close()
+        for sid, cps in taken.items():
+            for cp in cps[-2:]:
+                old.conn.execute(
+                    "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        sid,
+                        cp.id % 2,
+                        cp.id,
+                        cp.seq,
+                        cp.summary,
+                        cp.head,
+                        cp.signature,
+                        cp.created_at,
+                    ),
+                )
 
 
 def test_a_session_recorded_by_schema_3_upgrades_resumes_and_verifies(workspace: Path) -> None:

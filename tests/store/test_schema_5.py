@@ -21,19 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import acode
-from acode.domain.chain import event_hash, genesis_hash
-from acode.domain.events import Event, EventType, canonical_json
-from acode.domain.ids import uuid_bytes, uuid_text
-from acode.domain.reducer import DEFAULT_STEP_KIND, FIRST_ATTEMPT, SessionSummary, fold
+from acode.domain.ids import uuid_bytes
 from acode.errors import StorageError
 from acode.runtime.clock import SystemClock
 from acode.runtime.journal import SUMMARY_EVERY, Journal, checkpoint_message, verify_history
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
-from acode.store.connection import connect
-from acode.store.migrations import _apply, available_migrations, schema_version
+from acode.store.migrations import schema_version
 from acode.store.records import CheckpointRow
 from acode.store.sqlite_store import open_store
+from tests.store.older_schemas import older_database
 
 _STEP_EVENTS = {"step_started", "step_completed", "step_failed", "step_rolled_back"}
 
@@ -51,66 +48,33 @@ def _paused(ws: Path, steps: int) -> str:
     return s.id
 
 
-def _as_schema_4(ws: Path, *, event_id: str | None = None) -> None:
+def _as_schema_4(ws: Path, *, event_id: object = None) -> None:
     """Rewrite the database as schema 4 wrote it: text ids (the first one replaced by
     ``event_id`` when given), `kind` and `attempt` in every step event (so a new hash
     chain), and every checkpoint with its summary and a 32-byte signature."""
-    db = StatePaths(ws).db
-    with closing(sqlite3.connect(db)) as new:
-        sessions = new.execute("SELECT * FROM sessions").fetchall()
-        events = new.execute(
-            "SELECT sid, seq, event_id, ts, type, payload, signature FROM events ORDER BY id"
-        ).fetchall()
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
-    conn = connect(db)
-    for migration in available_migrations():
-        if migration.number <= 4:
-            _apply(conn, migration)
     signer = load_signer()
-    conn.execute("BEGIN")
-    for row in sessions:
-        conn.execute(f"INSERT INTO sessions VALUES ({', '.join('?' * len(row))})", row)
-    ids = {row[0]: (row[1], row[2]) for row in sessions}  # sid -> (id, title)
-    heads: dict[int, bytes] = {}
-    summaries: dict[int, SessionSummary | None] = {}
-    for sid, seq, stored_id, ts, type_, payload_json, signature in events:
-        session_id, title = ids[sid]
-        text_id = uuid_text(stored_id)
-        payload = Event(session_id, seq, text_id, ts, EventType(type_), payload_json, b"").payload
-        if type_ in _STEP_EVENTS:
-            payload.setdefault("kind", DEFAULT_STEP_KIND)
-            payload.setdefault("attempt", FIRST_ATTEMPT)
-        text = canonical_json(payload)
-        head = event_hash(heads.get(sid, genesis_hash(session_id)), seq, text_id, ts, type_, text)
-        heads[sid] = head
-        summary = fold(
-            summaries.get(sid), Event(session_id, seq, text_id, ts, EventType(type_), text, head)
-        )
-        summaries[sid] = summary
-        checkpoint, full = None, None
-        if signature is not None:
-            checkpoint = summary.encode()
-            unsigned = CheckpointRow(seq, seq, checkpoint, head, "", ts)
-            full = bytes.fromhex(signer.sign(checkpoint_message(session_id, title, unsigned)))
-        conn.execute(
-            "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                sid * 2**32 + seq,
-                sid,
-                seq,
-                event_id if event_id is not None and seq == 1 else text_id,
-                ts,
-                type_,
-                text,
-                head,
-                checkpoint,
-                full,
-            ),
-        )
-    conn.execute("COMMIT")
-    assert schema_version(conn) == 4
-    conn.close()
+    with older_database(ws, 4, lambda session_id, payload: None) as old:
+        for e in old.events:
+            checkpoint, signature = None, None
+            if e.checkpointed:
+                checkpoint = e.summary.encode()
+                unsigned = CheckpointRow(e.seq, e.seq, checkpoint, e.head, "", e.ts)
+                signature = signer.sign(checkpoint_message(e.session_id, e.title, unsigned))
+            old.conn.execute(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    e.sid * 2**32 + e.seq,
+                    e.sid,
+                    e.seq,
+                    event_id if event_id is not None and e.seq == 1 else e.event_id,
+                    e.ts,
+                    e.type,
+                    e.payload,
+                    e.head,
+                    checkpoint,
+                    None if signature is None else bytes.fromhex(signature),
+                ),
+            )
 
 
 def test_a_session_recorded_by_schema_4_upgrades_resumes_and_verifies(workspace: Path) -> None:
@@ -148,7 +112,7 @@ def test_an_event_id_acode_never_wrote_stops_the_upgrade_and_changes_nothing(
     workspace: Path, bad: object
 ) -> None:
     _paused(workspace, 1)
-    _as_schema_4(workspace, event_id=bad)  # type: ignore[arg-type]
+    _as_schema_4(workspace, event_id=bad)
     db = StatePaths(workspace).db
     with closing(sqlite3.connect(db)) as conn:
         before = conn.execute("SELECT * FROM events ORDER BY id").fetchall()

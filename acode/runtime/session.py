@@ -209,21 +209,36 @@ class Session:
     def journal(self) -> Journal:
         return self._journal
 
-    def skip_to_end(self) -> None:
-        """Treat the session as an open-ended ledger (a work session, a task list): the
-        next calls take positions after every recorded step instead of replaying them.
-        Only for sessions whose steps all finished: a ledger's steps have no durable start,
-        so an interrupted one left nothing to settle."""
-        records = self._journal.store.steps(self._journal.row.sid)
-        unfinished = [r.step_id for r in records if r.status is StepStatus.IN_PROGRESS]
-        if unfinished:
+    def skip_completed(self) -> int:
+        """Go on after the steps the session recorded, without calling them again, and
+        return the position of the first step still to run: where the caller's loop
+        picks up (``for i in range(s.skip_completed(), n)``). The calls take positions
+        from there on, so recovery costs the same however long the history is; the
+        skipped steps' results are not returned (call the steps again for those: they
+        return their recorded results). A step left unfinished by the interruption
+        needs its call to be settled, so it is refused here; so is a call after the
+        first step call. Work sessions and the task list use it as open-ended ledgers."""
+        if self._position:
             raise UsageError(
-                f"session {self.short_id} has unfinished steps ({', '.join(unfinished)}); "
-                "it cannot be appended to",
-                hint=f"resume it first: acode resume {self.short_id}",
+                f"session {self.short_id}: skip_completed() comes before the first step call"
             )
+        store, sid = self._journal.store, self._journal.row.sid
+        unsettled = [
+            r.step_id
+            for r in store.unfinished_steps(sid)
+            if r.status in (StepStatus.IN_PROGRESS, StepStatus.ROLLED_BACK)
+        ]
+        if unsettled:
+            raise UsageError(
+                f"session {self.short_id} has unfinished steps ({', '.join(unsettled)}); "
+                "they cannot be skipped",
+                hint="call the steps from the first one: completed steps return their "
+                f"recorded results and acode settles the others (or: acode resume {self.short_id})",
+            )
+        # No step id may be used twice: the recorded ones, read by SQLite in one pass.
+        self._seen_ids = store.step_ids(sid)
         self._position = self._recorded_until
-        self._seen_ids = {r.step_id for r in records}
+        return self._position
 
     # -- step kinds ------------------------------------------------------------------
 

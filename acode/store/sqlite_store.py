@@ -84,6 +84,10 @@ SELECT_STEP_EVENTS = (
     f" AND type IN ({', '.join(repr(str(t)) for t in sorted(STEP_EVENT_TYPES))})"
     " ORDER BY id LIMIT ?"
 )
+SELECT_STEP_IDS = (
+    "SELECT DISTINCT json_extract(payload, '$.step') FROM events WHERE id > ? AND id < ?"
+    f" AND type IN ({', '.join(repr(str(t)) for t in sorted(STEP_EVENT_TYPES))})"
+)
 SELECT_UNFINISHED_STEPS = (
     f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id < ?"
     " AND status IN ('in_progress', 'rolled_back', 'failed') ORDER BY id"
@@ -386,6 +390,11 @@ class SqliteStore:
         """Steps that did not complete: in progress, rolled back for a retry, or failed."""
         bounds = (key(sid, 0), key(sid + 1, 0))
         return [_step(r) for r in self.conn.execute(SELECT_UNFINISHED_STEPS, bounds)]
+
+    def step_ids(self, sid: int) -> set[str]:
+        """The id of every step the session recorded."""
+        bounds = (key(sid, 0), key(sid + 1, 0))
+        return {str(r[0]) for r in self.conn.execute(SELECT_STEP_IDS, bounds)}
 
     def has_messages(self, sid: int) -> bool:
         return self.conn.execute(HAS_MESSAGES, (sid,)).fetchone() is not None

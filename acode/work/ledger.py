@@ -53,7 +53,7 @@ def append_to(ws: Workspace, session_id: str, *, wait_seconds: float = 10.0) -> 
         journal=journal, workspace=ws.root, config=ws.config, lock=lock, signer=signer, sync=sync
     )
     try:
-        session.skip_to_end()
+        session.skip_completed()
         yield session
     finally:
         session.close()

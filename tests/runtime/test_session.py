@@ -102,6 +102,42 @@ def test_a_recorded_id_reused_by_a_new_step_after_resume_is_refused(workspace: P
     r.close()
 
 
+def test_skip_completed_goes_on_after_the_recorded_steps_without_calling_them(
+    workspace: Path,
+) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    for i in range(3):
+        s.step(f"s{i}", lambda ctx: ctx.position)
+    s.close()
+    r = acode.resume_session(s.id, workspace=workspace)
+    start = r.skip_completed()
+    assert start == 3
+    assert [r.step(f"s{i}", lambda ctx: ctx.position) for i in range(start, 5)] == [3, 4]
+    with pytest.raises(NonDeterminismError, match="used twice"):
+        r.step("s1", lambda ctx: 0)  # a recorded id, never called in this run
+    r.close()
+    again = acode.resume_session(s.id, workspace=workspace)  # a replay agrees
+    replayed = [again.step(f"s{i}", lambda ctx: pytest.fail("ran")) for i in range(5)]
+    assert replayed == [0, 1, 2, 3, 4]
+    again.close()
+
+
+def test_skip_completed_comes_first_and_refuses_an_unfinished_step(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = acode.open_session("t", workspace=workspace)
+    s.step("a", lambda ctx: 1)
+    with pytest.raises(UsageError, match="before the first step call"):
+        s.skip_completed()
+    s.close()
+    sid = _interrupted_write(workspace, "two\n", monkeypatch)
+    r = acode.resume_session(sid, workspace=workspace)
+    with pytest.raises(UsageError, match=r"unfinished steps \(w2\)") as info:
+        r.skip_completed()
+    assert "call the steps from the first one" in (info.value.hint or "")
+    r.close()
+
+
 @pytest.mark.parametrize("bad", ["", "../x", "a b", "x" * 65, "-lead"])
 def test_invalid_step_ids_are_usage_errors(workspace: Path, bad: str) -> None:
     with acode.open_session("t", workspace=workspace) as s, pytest.raises(UsageError):

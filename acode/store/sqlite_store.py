@@ -77,16 +77,17 @@ UPSERT_STEP = (
     " event_seq = excluded.event_seq"
 )
 _STEP_COLUMNS = "position, step_id, kind, status, attempt, task_id, input_hash, event_seq"
+_STEP_TYPES = ", ".join(repr(str(t)) for t in sorted(STEP_EVENT_TYPES))
 # The events about steps, in order: folded, they are the steps' records (schema 4 writes
 # a `steps` row only for a step that needs one, see Session._finish).
 SELECT_STEP_EVENTS = (
     "SELECT seq, type, payload FROM events WHERE id > ? AND id < ?"
-    f" AND type IN ({', '.join(repr(str(t)) for t in sorted(STEP_EVENT_TYPES))})"
+    f" AND type IN ({_STEP_TYPES})"
     " ORDER BY id LIMIT ?"
 )
 SELECT_STEP_IDS = (
     "SELECT DISTINCT json_extract(payload, '$.step') FROM events WHERE id > ? AND id < ?"
-    f" AND type IN ({', '.join(repr(str(t)) for t in sorted(STEP_EVENT_TYPES))})"
+    f" AND type IN ({_STEP_TYPES})"
 )
 SELECT_UNFINISHED_STEPS = (
     f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id < ?"
@@ -286,7 +287,7 @@ class SqliteStore:
                 ),
             )
             sid = int(cur.lastrowid or 0)
-            self._write(conn, sid, first)
+            _run(conn, _statements(sid, first))
         return self.session(session_id)
 
     def session(self, session_id: str) -> SessionRow:
@@ -356,9 +357,6 @@ class SqliteStore:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
-
-    def _write(self, conn: sqlite3.Connection, sid: int, c: Commit) -> None:
-        _run(conn, _statements(sid, c))
 
     # -- reads ----------------------------------------------------------------------
 

@@ -40,8 +40,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
+
+from tests.support.serving import Lifecycle, Serving
 
 __all__ = [
     "Answer",
@@ -397,7 +398,7 @@ def _error_body(protocol: str, status: int, message: str) -> dict[str, Any]:
 # -- the server ------------------------------------------------------------------------------
 
 
-class EngineServer:
+class EngineServer(Lifecycle):
     """The three engine protocols on 127.0.0.1, in a daemon thread, scripted by the test."""
 
     def __init__(
@@ -409,43 +410,22 @@ class EngineServer:
         self._lock = threading.Lock()
         self._requests: list[LoggedRequest] = []
         self._answered = 0
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: Serving | None = None
 
-    def start(self) -> EngineServer:
-        self._server = _Server(("127.0.0.1", self._port), _Handler, self)
-        # A short poll keeps stop() fast: shutdown() waits for the loop to notice.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.02,), name="engine-server", daemon=True
-        )
-        self._thread.start()
+    def start(self) -> Self:
+        self._serving = Serving(_Server(("127.0.0.1", self._port), _Handler, self), "engine-server")
         return self
 
     def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-
-    def __enter__(self) -> EngineServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        if self._serving is not None:
+            self._serving.stop()
+            self._serving = None
 
     @property
     def port(self) -> int:
-        if self._server is None:
+        if self._serving is None:
             raise RuntimeError("EngineServer is not started")
-        return int(self._server.server_address[1])
+        return self._serving.port
 
     @property
     def base_url(self) -> str:

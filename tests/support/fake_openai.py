@@ -42,8 +42,9 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
+
+from tests.support.serving import Lifecycle, Serving
 
 __all__ = ["FakeOpenAI", "Reply", "default_content", "main", "read_request_log"]
 
@@ -104,7 +105,7 @@ def _tool_call(index: int, call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class FakeOpenAI:
+class FakeOpenAI(Lifecycle):
     """An OpenAI-compatible HTTP server in a daemon thread, scripted by the test."""
 
     def __init__(
@@ -122,49 +123,28 @@ class FakeOpenAI:
         self._script: deque[Reply] = deque()
         self._rules: list[dict[str, Any]] = []
         self._closing = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: Serving | None = None
         self._completions = 0
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def start(self) -> FakeOpenAI:
-        self._server = _Server(("127.0.0.1", self._port), _Handler, self)
-        # A short poll keeps stop() fast: shutdown() waits for the loop to notice.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.02,), name="fake-openai", daemon=True
-        )
-        self._thread.start()
+    def start(self) -> Self:
+        self._serving = Serving(_Server(("127.0.0.1", self._port), _Handler, self), "fake-openai")
         return self
 
     def stop(self) -> None:
-        if self._server is None:
-            return
-        self._closing.set()  # wakes handlers sleeping on a scripted delay
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        if self._serving is not None:
+            self._closing.set()  # wakes handlers sleeping on a scripted delay
+            self._serving.stop()
+            self._serving = None
 
     # -- what tests use ----------------------------------------------------------------
 
     @property
     def port(self) -> int:
-        if self._server is None:
+        if self._serving is None:
             raise RuntimeError("FakeOpenAI is not started")
-        return int(self._server.server_address[1])
+        return self._serving.port
 
     @property
     def base_url(self) -> str:

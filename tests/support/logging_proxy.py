@@ -39,9 +39,10 @@ import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
+
+from tests.support.serving import Lifecycle, Serving
 
 __all__ = ["LoggingProxy", "canonical_sha256", "main", "read_proxy_log"]
 
@@ -209,7 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-class LoggingProxy:
+class LoggingProxy(Lifecycle):
     """A logging reverse proxy to ``upstream_base_url`` (such as http://127.0.0.1:8765/v1).
 
     ``log_path`` defaults to a new temporary file, which is left for the caller."""
@@ -224,10 +225,7 @@ class LoggingProxy:
         self.upstream_base_url = upstream_base_url
         self.log_path = log_path
         self._server = _Server(port, _Upstream(upstream_base_url), _Log(log_path))
-        # A short poll keeps stop() fast: shutdown() waits for the loop to notice.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.02,), name="logging-proxy", daemon=True
-        )
+        self._serving: Serving | None = None
 
     @property
     def port(self) -> int:
@@ -237,14 +235,14 @@ class LoggingProxy:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}{_PREFIX}"
 
-    def start(self) -> LoggingProxy:
-        self._thread.start()
+    def start(self) -> Self:
+        self._serving = Serving(self._server, "logging-proxy")
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        if self._serving is not None:
+            self._serving.stop()
+            self._serving = None
 
     def wait_idle(self, timeout: float = 600.0) -> bool:
         """Wait until no forwarded request waits for its answer (a killed client's
@@ -254,17 +252,6 @@ class LoggingProxy:
     def requests(self) -> list[dict[str, Any]]:
         """Every request logged so far, in the order they arrived."""
         return read_proxy_log(self.log_path)
-
-    def __enter__(self) -> LoggingProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ status 20; the script then approves on the command line and resumes, as a review
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -82,15 +82,11 @@ def acode_for(workspace: Path) -> str:
 
 
 def load_fake_openai() -> ModuleType:
-    """tests/support/fake_openai.py, loaded by path: the demo needs no test package."""
-    path = REPO / "tests" / "support" / "fake_openai.py"
-    spec = importlib.util.spec_from_file_location("acode_demo_fake_openai", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load the stand-in model server from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """tests/support/fake_openai.py, the stand-in model server the tests use too; the repository
+    goes on the path, since it imports its neighbours in tests/support."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return importlib.import_module("tests.support.fake_openai")
 
 
 @contextmanager

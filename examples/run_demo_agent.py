@@ -17,7 +17,7 @@ recording, resume), not good code. A task it fails is a legal end (exit status 1
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -90,15 +90,11 @@ def note(text: str) -> None:
 
 
 def load_llama_server() -> ModuleType:
-    """tests/support/llama_server.py, loaded by path: the demo needs no test package."""
-    path = REPO / "tests" / "support" / "llama_server.py"
-    spec = importlib.util.spec_from_file_location("acode_demo_llama_server", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load the model server helper from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """tests/support/llama_server.py, the model server helper the tests use too; the repository
+    goes on the path, since it imports its neighbours in tests/support."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return importlib.import_module("tests.support.llama_server")
 
 
 # -- the workspace ---------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def _side_by_side_settings(quick: bool, full: bool) -> SideBySideSettings:
         history_sizes=() if quick else (100_000,),
         history_samples=3,
         # A 50,000-step history takes DBOS and LangGraph minutes to build: --full only.
-        history_peers=None if full else ("acode-full", "bare-full"),
+        history_peers=None if full else ("acode-full", "acode-skip", "bare-full"),
         cold_samples=5,
         budget_steps=10_000,
         snapshot_files=1_000,

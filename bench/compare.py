@@ -54,7 +54,7 @@ def run_steps(
     *,
     full: bool,
 ) -> StepResults:
-    peers = tuple(p for p in PEERS if available(p))
+    peers = tuple(p for p in PEERS if p.steps and available(p))
     results = StepResults(peers=peers)
     for r in range(runs):
         for n in sizes:

@@ -16,6 +16,7 @@ from acode.domain.chain import event_hash, genesis_hash
 from acode.domain.events import Event, EventType, canonical_json
 from acode.domain.ids import SHORT_ID_LENGTH, EventStamp, next_event_stamp
 from acode.domain.reducer import (
+    STEP_EVENT_TYPES,
     SessionSummary,
     StepRecord,
     decode_summary,
@@ -80,6 +81,7 @@ class Journal:
         checkpoint_id: int,
         clock: Clock,
         signer: Signer,
+        unledgered: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.row = row
@@ -91,12 +93,20 @@ class Journal:
         self._message_count: int | None = None
         self._message_prefix = _v2_prefix(row.id, row.title)
         self._summary_seq: int | None = None  # where this journal last wrote a summary out
+        # The step ids of the events since the newest summary written out, which the step
+        # id ledger does not hold yet: the next commit that writes a summary adds them.
+        self._unledgered = list(unledgered)
         # Called after every commit; the sync worker's wake-up when a remote is set.
         self.on_write: Callable[[], None] | None = None
 
     @property
     def session_id(self) -> str:
         return self.row.id
+
+    @property
+    def unledgered_step_ids(self) -> frozenset[str]:
+        """The step ids the store's ledger does not hold yet (``SqliteStore.has_step_id``)."""
+        return frozenset(self._unledgered)
 
     @property
     def state(self) -> SessionState:
@@ -153,6 +163,7 @@ class Journal:
         written = cp is not None and (
             self._summary_seq is None or last.seq - self._summary_seq >= SUMMARY_EVERY
         )
+        step_ids = _step_ids(entries)
         self.store.commit(
             self.row.sid,
             Commit(
@@ -162,6 +173,7 @@ class Journal:
                 steps=rows,
                 checkpoint=cp,
                 summary_written=written,
+                step_ids=[*self._unledgered, *step_ids] if written else (),
                 messages=self._message_rows(messages, last.seq),
                 blobs=blobs,
                 files=files,
@@ -174,6 +186,9 @@ class Journal:
             self.checkpoint_id = cp.id
         if written:
             self._summary_seq = last.seq
+            self._unledgered.clear()
+        else:
+            self._unledgered.extend(step_ids)
         if messages:
             self._message_count = (self._message_count or 0) + len(messages)
         if self.on_write is not None:
@@ -227,7 +242,8 @@ class Journal:
                 _check_link(tail, event)
                 summary = fold(summary, event)
                 tail = _Tail(EventStamp(event.ts_us, event.event_id), event.hash, event.seq)
-            return cls(store, row, summary, tail, cp.id, clock, signer)
+            unledgered = store.unledgered_step_ids(row)
+            return cls(store, row, summary, tail, cp.id, clock, signer, unledgered)
         detail = "; ".join(problems) if problems else "the session has no checkpoint"
         raise CheckpointError(
             f"session {row.short_id or row.id} cannot be trusted: {detail}",
@@ -289,7 +305,32 @@ def verify_history(
                 f"the steps table says step {recorded.step_id!r} is {recorded.status.value}, "
                 "the events say otherwise",
             )
+    _verify_ledger(store, row, steps)
     return summary
+
+
+def _verify_ledger(store: SqliteStore, row: SessionRow, steps: dict[int, StepRecord]) -> None:
+    """The step id ledger holds exactly the ids the events name, but for those of the
+    newest events, which it may not hold yet."""
+    named = {record.step_id: record for record in steps.values()}
+    ledger = store.step_id_ledger(row.sid)
+    unknown = sorted(ledger - named.keys())
+    if unknown:
+        raise CheckpointError(
+            f"session {row.short_id}: the step id ledger holds {unknown[0]!r}, "
+            "which no event names",
+            hint="the database was edited; the history is kept unchanged (`acode session history`)",
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+    missing = sorted(named.keys() - ledger - set(store.unledgered_step_ids(row)))
+    if missing:
+        lost = named[missing[0]]
+        raise _diverged(
+            row,
+            store.event(row, lost.event_seq),
+            f"step id {lost.step_id!r} (position {lost.position}) is missing from the "
+            "step id ledger, so a new step could use it again",
+        )
 
 
 def _diverged(row: SessionRow, event: Event, what: str) -> CheckpointError:
@@ -334,6 +375,10 @@ def _stored(summary: SessionSummary, cp: CheckpointRow) -> str:
     if cp.summary.startswith("{"):
         return canonical_json(summary.to_dict())
     return summary.encode()
+
+
+def _step_ids(entries: Sequence[tuple[EventType, dict[str, Any]]]) -> list[str]:
+    return [payload["step"] for type_, payload in entries if type_ in STEP_EVENT_TYPES]
 
 
 def _resolve(step: StepRecord, events: list[Event]) -> StepRecord:
@@ -390,7 +435,11 @@ def new_session_journal(
         parent_id=parent_id,
         created_at=events[0].ts_us,
         first=Commit(
-            events=events, state=summary.state.value, updated_at=last.ts_us, checkpoint=cp
+            events=events,
+            state=summary.state.value,
+            updated_at=last.ts_us,
+            checkpoint=cp,
+            step_ids=_step_ids(entries),
         ),
     )
     return Journal(

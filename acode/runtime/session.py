@@ -158,6 +158,8 @@ class Session:
         self._recorded_until = summary.next_position
         self._position = 0
         self._seen_ids: set[str] = set()
+        # Set by skip_completed: the session whose step id ledger holds the skipped ids.
+        self._ledger_sid: int | None = None
         self._key_prefix = key_prefix(journal.session_id)
         # A replay reads the events about steps in order, a window at a time, folding
         # them into each position's record (with its newest event's type and payload),
@@ -235,8 +237,10 @@ class Session:
                 hint="call the steps from the first one: completed steps return their "
                 f"recorded results and acode settles the others (or: acode resume {self.short_id})",
             )
-        # No step id may be used twice: the recorded ones, read by SQLite in one pass.
-        self._seen_ids = store.step_ids(sid)
+        # No step id may be used twice: a new one is looked up in the step id ledger,
+        # one seek, and among the few recorded ids the ledger does not hold yet.
+        self._seen_ids = set(self._journal.unledgered_step_ids)
+        self._ledger_sid = sid
         self._position = self._recorded_until
         return self._position
 
@@ -560,7 +564,10 @@ class Session:
                 f"invalid step id {step_id!r}",
                 hint="use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
             )
-        if step_id in self._seen_ids:
+        if step_id in self._seen_ids or (
+            self._ledger_sid is not None
+            and self._journal.store.has_step_id(self._ledger_sid, step_id)
+        ):
             raise NonDeterminismError(
                 f"step id {step_id!r} is used twice in session {self.short_id}",
                 hint="every step of a session needs its own id",

@@ -81,6 +81,8 @@ class Commit(NamedTuple):
     checkpoint: CheckpointRow | None = None
     # False: the checkpoint's row leaves its summary out, for readers to derive (schema 5).
     summary_written: bool = True
+    # The step ids for the ledger (schema 6), written with the summaries: see Journal.
+    step_ids: Sequence[str] = ()
     messages: Sequence[MessageRow] = ()
     blobs: Sequence[tuple[str, bytes]] = ()
     files: Sequence[FileRow] = ()

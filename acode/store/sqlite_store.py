@@ -85,9 +85,16 @@ SELECT_STEP_EVENTS = (
     f" AND type IN ({_STEP_TYPES})"
     " ORDER BY id LIMIT ?"
 )
-SELECT_STEP_IDS = (
-    "SELECT DISTINCT json_extract(payload, '$.step') FROM events WHERE id > ? AND id < ?"
-    f" AND type IN ({_STEP_TYPES})"
+# The step id ledger (schema 6): every id named by an event up to the newest one whose
+# checkpoint wrote its summary out; the ids of the events after it are read from them.
+INSERT_STEP_ID = "INSERT OR IGNORE INTO step_ids (sid, step_id) VALUES (?, ?)"
+HAS_STEP_ID = "SELECT 1 FROM step_ids WHERE sid = ? AND step_id = ?"
+SELECT_STEP_ID_LEDGER = "SELECT step_id FROM step_ids WHERE sid = ?"
+SELECT_UNLEDGERED_STEP_IDS = (
+    "SELECT json_extract(payload, '$.step') FROM events WHERE id > coalesce("
+    "(SELECT id FROM events WHERE id > ?1 AND id < ?2 AND checkpoint IS NOT NULL"
+    " ORDER BY id DESC LIMIT 1), ?1)"
+    f" AND id < ?2 AND type IN ({_STEP_TYPES}) ORDER BY id"
 )
 SELECT_UNFINISHED_STEPS = (
     f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id < ?"
@@ -225,6 +232,8 @@ def _statements(sid: int, c: Commit) -> list[_Statement]:
         step = (key(sid, r.position), sid, r.position, r.step_id, r.task_id, r.kind)
         fields = (r.status.value, r.attempt, r.input_hash, r.event_seq)
         statements.append((UPSERT_STEP, (*step, *fields), False))
+    if c.step_ids:
+        statements.append((INSERT_STEP_ID, [(sid, step_id) for step_id in c.step_ids], True))
     if c.messages:
         messages = [(sid, m.idx, m.role, m.content, m.seq) for m in c.messages]
         statements.append((INSERT_MESSAGE, messages, True))
@@ -389,10 +398,18 @@ class SqliteStore:
         bounds = (key(sid, 0), key(sid + 1, 0))
         return [_step(r) for r in self.conn.execute(SELECT_UNFINISHED_STEPS, bounds)]
 
-    def step_ids(self, sid: int) -> set[str]:
-        """The id of every step the session recorded."""
-        bounds = (key(sid, 0), key(sid + 1, 0))
-        return {str(r[0]) for r in self.conn.execute(SELECT_STEP_IDS, bounds)}
+    def has_step_id(self, sid: int, step_id: str) -> bool:
+        """Whether the step id ledger holds ``step_id``: one seek, at any history length."""
+        return self.conn.execute(HAS_STEP_ID, (sid, step_id)).fetchone() is not None
+
+    def step_id_ledger(self, sid: int) -> set[str]:
+        return {str(r[0]) for r in self.conn.execute(SELECT_STEP_ID_LEDGER, (sid,))}
+
+    def unledgered_step_ids(self, session: SessionRow) -> list[str]:
+        """The step ids of the events after the newest checkpoint that wrote its summary
+        out, which the ledger does not hold yet: a few dozen at most (SUMMARY_EVERY)."""
+        bounds = (key(session.sid, 0), key(session.sid + 1, 0))
+        return [str(r[0]) for r in self.conn.execute(SELECT_UNLEDGERED_STEP_IDS, bounds)]
 
     def has_messages(self, sid: int) -> bool:
         return self.conn.execute(HAS_MESSAGES, (sid,)).fetchone() is not None

@@ -23,6 +23,7 @@ class Peer:
     max_steps: int | None = None  # in a default run: beyond it, minutes and gigabytes
     full_max_steps: int | None = None  # the same with --full
     recovers: bool = True  # whether it takes part in the crash-recovery runs
+    steps: bool = True  # whether it takes part in the per-step runs
     # Whether it waits for the disk at every commit. The others run in turns of their own:
     # a neighbour's fsyncs stall their writes (ext4 journal commits) even between turns.
     durable: bool = True
@@ -32,6 +33,13 @@ _LG = "bench.peers.langgraph_driver"
 
 PEERS = (
     Peer("acode-full", "acode, durability full (default)", "bench.peers.acode_driver", "full"),
+    Peer(
+        "acode-skip",
+        "acode, durability full, recovering with skip_completed()",
+        "bench.peers.acode_driver",
+        "full-skip",
+        steps=False,  # its steps are acode-full's
+    ),
     Peer(
         "acode-normal",
         "acode, durability normal",

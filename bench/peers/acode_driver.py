@@ -2,7 +2,9 @@
 call ``s.step`` for every step; after a crash, resume it and make the same calls, which
 return the recorded results of completed steps without running them.
 
-Variants: ``full`` (the default durability, fsync at every commit) and ``normal``.
+Variants: ``full`` (the default durability, fsync at every commit) and ``normal``;
+``full-skip`` recovers as a caller who needs no result of the completed steps does:
+``s.skip_completed()`` and the loop from the position it returns.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ __all__ = ["main"]
 _DB = Path(".agent/state/acode.db")
 
 
-def _configure(workspace: Path, durability: str) -> None:
+def _configure(workspace: Path, variant: str) -> None:
     workspace.mkdir(parents=True, exist_ok=True)
+    durability = variant.removesuffix("-skip")
     if durability != "full":
         config = workspace / ".agent" / "config.yml"
         config.parent.mkdir(parents=True, exist_ok=True)
@@ -62,8 +65,9 @@ def _workflow(args: Args) -> None:
     else:
         session = acode.resume_session(None, args.directory)
     side.mark_loaded()
+    start = session.skip_completed() if args.variant.endswith("-skip") else 0
     with session:
-        for i in range(args.n):
+        for i in range(start, args.n):
             if i == args.kill_after and args.mode == "crash":
                 kill_self()
             session.step(f"step-{i}", effect)

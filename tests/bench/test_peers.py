@@ -23,6 +23,12 @@ def _only(monkeypatch: pytest.MonkeyPatch, module: str, *keys: str) -> None:
     monkeypatch.setattr(module + ".PEERS", tuple(_peer(k) for k in keys))
 
 
+def test_acode_skipping_its_completed_steps_recovers_but_is_not_timed_per_step() -> None:
+    skip = _peer("acode-skip")
+    assert skip.recovers
+    assert not skip.steps
+
+
 def test_engines_without_packages_of_their_own_are_always_available() -> None:
     assert available(_peer("acode-full"))
     assert available(_peer("plain"))
@@ -51,10 +57,10 @@ def test_a_killed_acode_workflow_recovers_with_no_step_run_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ACODE_CHECKPOINT_SECRET", "test-secret")
-    _only(monkeypatch, "bench.recovery", "acode-full", "bare-full", "plain")
+    _only(monkeypatch, "bench.recovery", "acode-full", "acode-skip", "bare-full", "plain")
     results = run_recovery([40], 1, tmp_path, lambda _: None, full=False, results=None)
     assert isinstance(results, RecoveryResults)
-    for key in ("acode-full", "bare-full"):
+    for key in ("acode-full", "acode-skip", "bare-full"):
         assert results.worst_duplicates(40, key) == 0
         assert results.worst_missing(40, key) == 0
         sample = results.samples[(40, key)][0]

@@ -23,6 +23,10 @@ from typing import Any
 
 import pytest
 
+from acode.runtime.journal import verify_history
+from acode.runtime.workspace import StatePaths
+from acode.security.signing import SECRET_ENV, Signer
+from acode.store.sqlite_store import open_store
 from tests.cli.conftest import ACODE, make_env
 from tests.crash.harness import CASES, SEED
 from tests.crash.workload import install_hook
@@ -159,3 +163,12 @@ def test_the_runbook_survives_kills_at_every_step(case: int, tmp_path: Path) -> 
     for task in tasks():
         on_disk = json.loads((ws / "docs/acode/tasks" / f"{task['id']}.json").read_text())
         assert on_disk == task, context
+    # Every session's history, replayed whole, agrees with its checkpoints, its steps
+    # table and its step id ledger (the ledger sessions skip their recorded steps).
+    store = open_store(StatePaths(ws).db)
+    try:
+        signer = Signer(env[SECRET_ENV].encode())
+        for row in store.sessions():
+            verify_history(store, row, signer)
+    finally:
+        store.close()

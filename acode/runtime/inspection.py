@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from acode.domain.events import Event, EventType, replay_order
+from acode.domain.events import Event, replay_order
 from acode.domain.reducer import SessionSummary, StepRecord
 from acode.domain.usage import Usage, total_usage
 from acode.errors import CheckpointError, ErrorCode, NothingToResumeError
@@ -86,11 +86,7 @@ def session_detail(store: SqliteStore, workspace: Path, id_or_prefix: str | None
 
 def model_usage(store: SqliteStore, row: SessionRow) -> Usage:
     """Tokens and cost of the session's answered model calls, across all its runs."""
-    return total_usage(
-        event.payload["result"]
-        for event in store.events_of_type(row, EventType.STEP_COMPLETED)
-        if event.payload.get("kind") == "model" and isinstance(event.payload.get("result"), dict)
-    )
+    return total_usage(store.model_results(row))
 
 
 def session_events(store: SqliteStore, id_or_prefix: str) -> list[Event]:

@@ -4,8 +4,10 @@
 configuration it runs with, the conversation, the results of its steps and what is left.
 It is a view, never a source: resume reads the database, and nothing reads this file back.
 That is why writing it may fail without harm, and why it may leave things out to stay
-small (long texts are cut, only the newest messages and results are shown); the complete
-record is ``acode session export ID --format json``.
+small (long texts are cut, only the newest messages, results and step ids are shown); the
+complete record is ``acode session export ID --format json``. Rendering reads the newest
+steps backwards from the end of the history, not every step, so that a long session's
+renders cost about what a short one's do.
 
 Every text in it passes through the redactor before it is written (DESIGN.md invariant 7).
 """
@@ -41,6 +43,7 @@ RUN_TAIL_LINES = 20
 # The file is rewritten up to once a second: its cost must not grow with the session.
 SHOWN_MESSAGES = 200
 SHOWN_RESULTS = 200
+SHOWN_STEPS = 200  # the newest steps the execution state lists by id
 _ROLES = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system": "System"}
 
 
@@ -63,14 +66,18 @@ def render_progress(
 ) -> str:
     """The progress file of a session, as of ``summary``, written at ``now_us``."""
     plan = recorded_plan(store, row)
-    records = store.steps(row.sid)
+    newest = store.newest_steps(row, max(SHOWN_RESULTS, SHOWN_STEPS))
+    # Steps left unfinished have a row in `steps` (schema 4), wherever they are.
+    known = {r.position: r for r in store.unfinished_steps(row.sid)}
+    known.update((r.position, r) for r in newest)
+    records = [known[p] for p in sorted(known)]
     sections = [
         f"# Session progress - {_one_line(row.title)}",
         _metadata(store, row, summary, plan, now_us),
         _configuration(row),
         _conversation(store, row),
-        _tool_results(store, row, records),
-        _execution_state(summary, records, plan),
+        _tool_results(store, row, summary, records),
+        _execution_state(summary, records, _pending(store, row, plan)),
     ]
     return "\n\n".join(sections) + "\n"
 
@@ -164,18 +171,20 @@ def _message(message: MessageRow) -> str:
     return "\n\n".join(blocks)
 
 
-def _tool_results(store: SqliteStore, row: SessionRow, records: Sequence[StepRecord]) -> str:
+def _tool_results(
+    store: SqliteStore, row: SessionRow, summary: SessionSummary, records: Sequence[StepRecord]
+) -> str:
     finished = [r for r in records if r.status in (StepStatus.COMPLETED, StepStatus.FAILED)]
+    finished = finished[-SHOWN_RESULTS:]
     parts = ["## Tool Results"]
     if not finished:
         parts.append("_No step has finished yet._")
-    hidden = len(finished) - SHOWN_RESULTS
+    hidden = summary.steps_completed + summary.steps_failed - len(finished)
     if hidden > 0:
         parts.append(
             f"_The results of the first {hidden} finished steps are not shown here; "
             f"`acode session export {row.short_id or row.id} --format json` has them all._"
         )
-        finished = finished[hidden:]
     for record in finished:
         event = store.event(row, record.event_seq)
         entry: dict[str, Any] = {"step": record.step_id, "kind": record.kind}
@@ -207,28 +216,37 @@ def _shown_result(kind: str, result: Any) -> Any:
     return shown
 
 
+def _pending(store: SqliteStore, row: SessionRow, plan: Plan | None) -> list[str] | None:
+    """The ids of the plan's steps that never started (None: no recorded plan), each
+    looked up in the step id ledger and among the newest ids it does not hold yet."""
+    if plan is None:
+        return None
+    newest = set(store.unledgered_step_ids(row))
+    return [
+        s.id for s in plan.steps() if s.id not in newest and not store.has_step_id(row.sid, s.id)
+    ]
+
+
 def _execution_state(
-    summary: SessionSummary, records: Sequence[StepRecord], plan: Plan | None
+    summary: SessionSummary, records: Sequence[StepRecord], pending: list[str] | None
 ) -> str:
     def ids(status: StepStatus) -> list[str]:
         return [r.step_id for r in records if r.status is status]
 
-    started = {r.step_id for r in records}
     in_progress = ids(StepStatus.IN_PROGRESS) + ids(StepStatus.ROLLED_BACK)
-    pending = [s.id for s in plan.steps() if s.id not in started] if plan else []
-    current, current_id = _current_step(summary, records, pending)
+    current, current_id = _current_step(summary, records, pending or [])
     total = str(summary.total_steps) if summary.total_steps is not None else "unknown"
     where = f" (`{_one_line(current_id)}`)" if current_id else ""
     lines = [
         "## Execution State",
         "",
         f"- Current step: {current} of {total}{where}",
-        f"- Completed: {_id_list(ids(StepStatus.COMPLETED))}",
+        f"- Completed: {_completed(summary, ids(StepStatus.COMPLETED))}",
     ]
     if in_progress:
         lines.append(f"- In progress: {_id_list(in_progress)}")
     lines.append(f"- Failed: {_id_list(ids(StepStatus.FAILED))}")
-    if plan is None:
+    if pending is None:
         lines.append("- Pending: [] (no recorded plan: steps become known as they run)")
     else:
         lines.append(f"- Pending: {_id_list(pending)}")
@@ -245,8 +263,18 @@ def _current_step(
     if last is not None and last.status is not StepStatus.COMPLETED:
         return last.position + 1, last.step_id
     if pending and not is_terminal(summary.state):
-        return len(records) + 1, pending[0]
-    return len(records), last.step_id if last else None
+        return summary.next_position + 1, pending[0]
+    return summary.next_position, last.step_id if last else None
+
+
+def _completed(summary: SessionSummary, shown: list[str]) -> str:
+    listed = shown[-SHOWN_STEPS:]
+    if summary.steps_completed <= len(listed):
+        return _id_list(listed)
+    return (
+        f"{summary.steps_completed:,} steps; the newest {len(listed)}: {_id_list(listed)} "
+        "(`acode session export` lists them all)"
+    )
 
 
 def _id_list(values: Sequence[str]) -> str:

@@ -96,6 +96,19 @@ SELECT_UNLEDGERED_STEP_IDS = (
     " ORDER BY id DESC LIMIT 1), ?1)"
     f" AND id < ?2 AND type IN ({_STEP_TYPES}) ORDER BY id"
 )
+# Backwards from the end: a position's record is its newest event (reducer.fold_step).
+SELECT_NEWEST_STEP_EVENTS = (
+    "SELECT seq, type, payload FROM events WHERE id > ? AND id < ?"
+    f" AND type IN ({_STEP_TYPES})"
+    " ORDER BY id DESC LIMIT ?"
+)
+# The results of the answered model calls, picked out by SQLite: no event is decoded in
+# Python but theirs.
+SELECT_MODEL_RESULTS = (
+    "SELECT json_extract(payload, '$.result') FROM events WHERE id > ? AND id < ?"
+    " AND type = 'step_completed' AND json_extract(payload, '$.kind') = 'model'"
+    " AND json_type(payload, '$.result') = 'object' ORDER BY id"
+)
 SELECT_UNFINISHED_STEPS = (
     f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id < ?"
     " AND status IN ('in_progress', 'rolled_back', 'failed') ORDER BY id"
@@ -397,6 +410,28 @@ class SqliteStore:
         """Steps that did not complete: in progress, rolled back for a retry, or failed."""
         bounds = (key(sid, 0), key(sid + 1, 0))
         return [_step(r) for r in self.conn.execute(SELECT_UNFINISHED_STEPS, bounds)]
+
+    def newest_steps(self, session: SessionRow, count: int) -> list[StepRecord]:
+        """The records of the ``count`` highest positions, by position, read backwards
+        from the end of the history: what a view of the newest steps needs, at any length."""
+        records: dict[int, StepRecord] = {}
+        lower, upper = key(session.sid, 0), key(session.sid + 1, 0)
+        while len(records) < count:
+            rows = self.conn.execute(SELECT_NEWEST_STEP_EVENTS, (lower, upper, count)).fetchall()
+            for seq, type_, payload in rows:
+                status = step_status(type_)
+                assert status is not None  # the query asks for step events only
+                record = step_record(status, seq, json.loads(payload))
+                records.setdefault(record.position, record)
+            if len(rows) < count:
+                break
+            upper = key(session.sid, rows[-1][0])
+        return [records[p] for p in sorted(records)[-count:]]
+
+    def model_results(self, session: SessionRow) -> list[dict[str, Any]]:
+        """The recorded result of every answered model call, in order."""
+        bounds = (key(session.sid, 0), key(session.sid + 1, 0))
+        return [json.loads(r[0]) for r in self.conn.execute(SELECT_MODEL_RESULTS, bounds)]
 
     def has_step_id(self, sid: int, step_id: str) -> bool:
         """Whether the step id ledger holds ``step_id``: one seek, at any history length."""

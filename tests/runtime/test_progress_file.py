@@ -179,6 +179,31 @@ def test_a_failed_step_shows_its_error_and_the_failed_status(workspace: Path) ->
     assert "- Current step: 2 of 5 (`boom`)" in text
 
 
+def test_a_long_session_shows_its_newest_steps_and_every_unfinished_one(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rendering reads the newest steps backwards from the end, and the steps that did
+    not complete from the `steps` table: what it shows does not grow with the history."""
+    monkeypatch.setattr("acode.runtime.progress_file.SHOWN_STEPS", 3)
+    monkeypatch.setattr("acode.runtime.progress_file.SHOWN_RESULTS", 3)
+    s = acode.open_session("long", workspace)
+    try:
+        with pytest.raises(StepFailedError):
+            s.step("early", lambda ctx: 1 / 0)
+        for i in range(10):
+            s.step(f"s{i}", lambda ctx: ctx.position)
+        text = _render(s)
+    finally:
+        s.close()
+    state = _section(text, "Execution State")
+    assert '- Completed: 10 steps; the newest 3: ["s7", "s8", "s9"]' in state
+    assert '- Failed: ["early"]' in state
+    assert "- Current step: 11 of unknown (`s9`)" in state
+    results = _section(text, "Tool Results")
+    assert "_The results of the first 8 finished steps are not shown here;" in results
+    assert re.findall(r'"step": "(\w+)"', results) == ["s7", "s8", "s9"]
+
+
 def test_secrets_are_redacted_everywhere(workspace: Path, fake: FakeOpenAI) -> None:
     fake.script([f"Use {TOKEN} to push."])
     s = acode.open_session(f"push with {TOKEN}", workspace, _config(fake))

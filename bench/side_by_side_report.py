@@ -165,7 +165,9 @@ def _recovery_table(result: SideBySide) -> str:
         "completed step's `s.step` call returns its recorded result without running. That "
         'replay is the time from "loaded" to "first new step": per completed step, '
         + "; ".join(replay)
-        + ". Plain Python has nothing to recover from and runs every step again.",
+        + ". Recovering with `skip_completed()`, the caller's loop starts at the first step "
+        "still to run instead, and the completed steps' results are not returned. Plain "
+        "Python has nothing to recover from and runs every step again.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -482,10 +484,10 @@ def _reading(result: SideBySide, targets: list[_Target]) -> str:
         points.append(
             "- Bytes: a step's row in `events` holds, besides the result the bare insert "
             "stores, what makes it verifiable and resumable: the chain hash (32 B), the "
-            "checkpoint's signature (32 B) and summary (about 45 B), the event id (36 B), "
-            "time and type (about 22 B), and the step's id, kind, position and attempt "
-            "(about 60 B): about 230 B a step, where the 2x target leaves room for the "
-            "bare row's size again, about 220 B."
+            "checkpoint's signature (16 B; its summary is written every 32 events), the "
+            "event id (16 B), time and type (about 22 B), the step's id and position "
+            "(about 30 B), and the step id's entry in the ledger (about 20 B), where the 2x "
+            "target leaves room for the bare row's size again, about 220 B."
         )
     points += _recovery_points(result)
     points += _peer_points(result)

@@ -118,3 +118,19 @@ def test_event_hash_is_a_pure_function_of_its_inputs() -> None:
     args = (genesis_hash(SESSION), 1, uuid7(5, bytes(10)), 5_000, "session_created", "{}")
     assert event_hash(*args) == event_hash(*args)
     assert len(event_hash(*args)) == 32
+
+
+def test_the_hash_of_an_event_is_what_every_acode_version_wrote() -> None:
+    """Fixed values: a database written by an earlier version must verify in this one, so
+    a faster way of hashing may never change the bytes hashed."""
+    genesis = genesis_hash("01a21687-de37-7000-8000-000000000001")
+    assert genesis.hex() == "9a63d4c3b1648f314c7973e73189e97f69ae6a48d01780b7dcac19cddd626dcb"
+    head = event_hash(
+        genesis,
+        7,
+        "01a21687-de37-7001-8000-0000000000aa",
+        1795673288517327,
+        "step_completed",
+        '{"position":6,"result":{"ok":true},"step":"s6"}',
+    )
+    assert head.hex() == "e4609979dae229465c1e5b2266ef0579d2b9f10c8a5a61e2f2ae771098e4c61e"

@@ -492,3 +492,40 @@ def test_the_stored_summary_is_json_whatever_its_texts(
     stored = summary.encode()
     assert json.loads(stored)[:2] == [SUMMARY_VERSION, "PAUSED"]
     assert decode_summary(stored, title=text, seq=9) == summary
+
+
+@pytest.mark.parametrize(
+    ("summary", "text"),
+    [
+        (SessionSummary("t", SessionState.EXECUTING), '[2,"EXECUTING"]'),
+        (
+            SessionSummary(
+                "t", SessionState.EXECUTING, seq=9, steps_completed=3, next_position=3,
+                current_step="s2",
+            ),
+            '[2,"EXECUTING",3,3,"s2"]',
+        ),
+        (
+            SessionSummary(
+                "t", SessionState.PAUSED, seq=40, resume_state=SessionState.EXECUTING,
+                total_steps=5, steps_completed=2, steps_failed=1, next_position=3,
+                current_task="t1", current_step='a"b\\c', resumes=2,
+                reason="paused: ü \n x", plan_hash="abc",
+            ),
+            '[2,"PAUSED",2,3,"a\\"b\\\\c","paused: ü \\n x","t1",5,"abc",2,1,"EXECUTING"]',
+        ),
+        (
+            SessionSummary(
+                "t", SessionState.AWAITING_APPROVAL, pending_approval="deploy", discarded=True
+            ),
+            '[2,"AWAITING_APPROVAL",0,0,null,null,null,null,null,0,0,null,"deploy",true]',
+        ),
+    ],
+)  # fmt: skip
+def test_a_summary_is_encoded_as_every_acode_version_wrote_it(
+    summary: SessionSummary, text: str
+) -> None:
+    """Fixed texts: most checkpoints derive their summary by encoding a fold, and their
+    signatures were made over the text an earlier version wrote."""
+    assert summary.encode() == text
+    assert decode_summary(text, title="t", seq=summary.seq) == summary

@@ -11,6 +11,7 @@ of SQLite instructions after a short history as after a long one.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -246,3 +247,32 @@ def test_recovery_costs_the_same_after_a_short_and_a_long_history(
         costs.append(_instructions_to_first_new_step(ws, _recorded(ws, steps), monkeypatch))
     short, long = costs
     assert long <= short * 1.2, costs
+
+
+_WRITTEN_BY_SCHEMA_5 = Path(__file__).parent / "fixtures" / "schema5-7b448e7.db"
+
+
+def test_a_database_an_earlier_acode_wrote_upgrades_verifies_and_resumes(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bytes written by acode at commit 7b448e7 (schema 5): a paused session of 40 steps,
+    signed with the key below. Whatever computes hashes, summaries or signatures faster
+    must still accept them."""
+    monkeypatch.setenv("ACODE_CHECKPOINT_SECRET", "fixture-secret-not-a-secret")
+    db = StatePaths(workspace).db
+    db.parent.mkdir(parents=True)
+    shutil.copyfile(_WRITTEN_BY_SCHEMA_5, db)
+    with _store(workspace) as store:
+        (row,) = store.sessions()
+        assert verify_history(store, row, load_signer()).steps_completed == 40
+        assert _ledger(store.conn) == {f"s{i}" for i in range(40)}  # the upgrade's
+    r = acode.resume_session(row.id, workspace=workspace)
+    try:
+        replayed = [r.step(f"s{i}", lambda ctx: pytest.fail("ran again")) for i in range(40)]
+        assert replayed == [{"i": i, "note": "ü"} for i in range(40)]
+        assert r.step("s40", _result) == {"i": 40}
+    finally:
+        r.close()
+    with _skipped(workspace, row.id) as again:
+        with pytest.raises(NonDeterminismError, match="'s3' is used twice"):
+            again.step("s3", _result)

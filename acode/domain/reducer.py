@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from json.encoder import encode_basestring
 from typing import Any
 
 from acode.domain.events import Event, EventType
+from acode.domain.frozen import evolve
 from acode.domain.ids import SHORT_ID_LENGTH
 from acode.domain.states import SessionState, can_transition
 from acode.errors import CheckpointError, ErrorCode
@@ -82,7 +83,8 @@ class StepStatus(StrEnum):
     SKIPPED = "skipped"
 
 
-@dataclass(frozen=True, slots=True)
+# Without slots: every step folds a new one, made by ``evolve`` (acode.domain.frozen).
+@dataclass(frozen=True)
 class SessionSummary:
     title: str
     state: SessionState
@@ -205,18 +207,18 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
             if not can_transition(s.state, target):
                 raise _corrupt(event, f"moves {s.state.value} -> {target.value}, not allowed")
             paused_from = s.state if target is SessionState.PAUSED else None
-            return replace(
+            return evolve(
                 s, seq=event.seq, state=target, resume_state=paused_from, reason=p.get("reason")
             )
         case EventType.PLAN_RECORDED:
-            return replace(
+            return evolve(
                 s,
                 seq=event.seq,
                 total_steps=int(p["total_steps"]),
                 plan_hash=payload_digest(event.payload_json),
             )
         case EventType.SESSION_RESUMED:
-            return replace(s, seq=event.seq, resumes=s.resumes + 1)
+            return evolve(s, seq=event.seq, resumes=s.resumes + 1)
         case EventType.STEP_STARTED | EventType.STEP_ROLLED_BACK:
             return _at_step(s, event.seq, p)
         case EventType.STEP_COMPLETED:
@@ -226,40 +228,24 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
         case EventType.APPROVAL_REQUESTED:
             return _at_step(s, event.seq, p, pending_approval=p["step"])
         case EventType.APPROVAL_DECIDED:
-            return replace(s, seq=event.seq, pending_approval=None)
+            return evolve(s, seq=event.seq, pending_approval=None)
         case EventType.SESSION_DISCARDED:
-            return replace(s, seq=event.seq, discarded=True)
+            return evolve(s, seq=event.seq, discarded=True)
         case EventType.SESSION_CREATED:
             raise _corrupt(event, "creates a session that already exists")
 
 
 def _at_step(
-    s: SessionSummary,
-    seq: int,
-    p: dict[str, Any],
-    *,
-    steps_completed: int | None = None,
-    steps_failed: int | None = None,
-    pending_approval: str | None = None,
+    s: SessionSummary, seq: int, p: dict[str, Any], **changes: int | str
 ) -> SessionSummary:
-    # The constructor, not dataclasses.replace: this runs for every step, and replace
-    # costs several times as much.
-    return SessionSummary(
-        s.title,
-        s.state,
-        seq,
-        s.resume_state,
-        s.total_steps,
-        s.steps_completed if steps_completed is None else steps_completed,
-        s.steps_failed if steps_failed is None else steps_failed,
-        max(s.next_position, int(p["position"]) + 1),
-        p.get("task"),
-        p["step"],
-        s.pending_approval if pending_approval is None else pending_approval,
-        s.resumes,
-        s.reason,
-        s.discarded,
-        s.plan_hash,
+    """The summary after an event about the step ``p`` names, with ``changes`` besides."""
+    return evolve(
+        s,
+        seq=seq,
+        next_position=max(s.next_position, int(p["position"]) + 1),
+        current_task=p.get("task"),
+        current_step=p["step"],
+        **changes,
     )
 
 

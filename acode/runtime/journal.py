@@ -14,6 +14,7 @@ from typing import Any
 
 from acode.domain.chain import event_hash, genesis_hash
 from acode.domain.events import Event, EventType, canonical_json
+from acode.domain.frozen import build
 from acode.domain.ids import SHORT_ID_LENGTH, EventStamp, next_event_stamp
 from acode.domain.reducer import (
     STEP_EVENT_TYPES,
@@ -127,11 +128,19 @@ class Journal:
             previous = event_hash(
                 previous, seq, stamp.event_id, stamp.ts_us, type_.value, payload_json
             )
-            event = Event(
-                self.row.id, seq, stamp.event_id, stamp.ts_us, type_, payload_json, previous
+            # Built by acode.domain.frozen, with the payload the fold reads in place of
+            # parsing it back.
+            event = build(
+                Event,
+                session_id=self.row.id,
+                seq=seq,
+                event_id=stamp.event_id,
+                ts_us=stamp.ts_us,
+                type=type_,
+                payload_json=payload_json,
+                hash=previous,
+                payload=payload,
             )
-            # The fold reads the payload: hand it the dict instead of parsing it back.
-            event.__dict__["payload"] = payload
             events.append(event)
         return events, _Tail(stamp, previous, seq)
 

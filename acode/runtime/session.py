@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType, canonical_json
+from acode.domain.frozen import build
 from acode.domain.idempotency import STEP_ID_PATTERN, key_prefix
 from acode.domain.kinds import StepKind
 from acode.domain.reducer import (
@@ -599,17 +600,21 @@ class Session:
     def _env(
         self, step_id: str, kind: StepKind, task: str | None, position: int, attempt: int
     ) -> StepEnv:
-        ctx = StepContext(
-            session_id=self.id,
+        # Built by acode.domain.frozen: every step makes both.
+        ctx = build(
+            StepContext,
+            session_id=self._journal.row.id,
             step_id=step_id,
-            kind=kind.value,
+            kind=str(kind),  # a StrEnum's value, without the lookup of Enum.value
             attempt=attempt,
             position=position,
             idempotency_key=f"{self._key_prefix}{step_id}:{attempt}",
             workspace=self.workspace,
             task_id=task,
         )
-        return StepEnv(ctx, self._journal.store, self.config, self.strategy)
+        return build(
+            StepEnv, ctx=ctx, store=self._journal.store, config=self.config, strategy=self.strategy
+        )
 
     def _step_payload(self, ctx: StepContext, input_hash: str) -> dict[str, Any]:
         """The fields every event about a step carries."""

@@ -3,6 +3,7 @@ non-determinism, failures, approvals, pauses and the kind-specific recovery."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 import pytest
 
 import acode
+from acode.domain.events import EventType
+from acode.domain.kinds import StepKind
 from acode.domain.reducer import StepStatus
 from acode.domain.states import SessionState
 from acode.errors import (
@@ -540,3 +543,20 @@ def test_a_replay_across_read_windows_returns_every_result(workspace: Path) -> N
             assert again.step(f"s{i}", lambda ctx: ran.append(ctx.position)) == {"at": i}
         again.step("new", lambda ctx: ran.append(ctx.position))
     assert ran == [steps]
+
+
+def _made_again(value: Any) -> Any:
+    """``value`` made again by its constructor from the fields it holds: one left out when
+    it was made (acode.domain.frozen), which would read as its class default, is a KeyError."""
+    return type(value)(**{f.name: vars(value)[f.name] for f in dataclasses.fields(value)})
+
+
+def test_the_values_a_step_makes_name_every_field(workspace: Path) -> None:
+    seen: list[acode.StepContext] = []
+    with acode.open_session("t", workspace=workspace) as s:
+        s.step("a", seen.append)
+        env = s._env("b", StepKind.PYTHON, "task", 1, 2)
+        events, _ = s.journal.build([(EventType.STEP_COMPLETED, {"step": "b", "position": 1})])
+        summary = s.journal.summary
+    for value in (*seen, env, env.ctx, *events, summary):
+        assert _made_again(value) == value

@@ -64,6 +64,10 @@ _COMPACT = (
 _DEFAULTS = (
     "", "0", "0", "null", "null", "null", "null", "null", "0", "0", "null", "null", "false"
 )  # fmt: skip
+# The text of the fields from each one (past the state) to the last, all at their
+# defaults, longest first: ``encode`` cuts the first that its text ends with. Each starts
+# at a comma between fields and holds no quote, so it can only match whole fields.
+_DEFAULT_TAILS = tuple("," + ",".join(_DEFAULTS[i:]) for i in range(1, len(_DEFAULTS)))
 
 
 def _text(value: str | None) -> str:
@@ -125,26 +129,19 @@ class SessionSummary:
 
     def encode(self) -> str:
         """The summary as a checkpoint stores it (version 2); ``decode_summary`` reverses it."""
-        # Written by hand: this runs for every step, and the JSON encoder takes several
-        # times as long for a list this small.
-        parts = [
-            f'"{self.state.value}"',
-            str(self.steps_completed),
-            str(self.next_position),
-            _text(self.current_step),
-            _text(self.reason),
-            _text(self.current_task),
-            _number(self.total_steps),
-            _text(self.plan_hash),
-            str(self.resumes),
-            str(self.steps_failed),
-            _text(self.resume_state.value if self.resume_state else None),
-            _text(self.pending_approval),
-            "true" if self.discarded else "false",
-        ]
-        while parts[-1] == _DEFAULTS[len(parts) - 1]:
-            parts.pop()
-        return f"[{SUMMARY_VERSION},{','.join(parts)}]"
+        # Written by hand, in one piece: this runs for every step, and the JSON encoder
+        # takes several times as long for a list this small.
+        text = (
+            f'[{SUMMARY_VERSION},"{self.state}",{self.steps_completed},{self.next_position},'
+            f"{_text(self.current_step)},{_text(self.reason)},{_text(self.current_task)},"
+            f"{_number(self.total_steps)},{_text(self.plan_hash)},{self.resumes},"
+            f"{self.steps_failed},{_text(self.resume_state)},{_text(self.pending_approval)},"
+            f"{'true' if self.discarded else 'false'}"
+        )
+        for tail in _DEFAULT_TAILS:
+            if text.endswith(tail):
+                return f"{text[: -len(tail)]}]"
+        return f"{text}]"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionSummary:

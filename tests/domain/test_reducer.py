@@ -21,6 +21,7 @@ from acode.domain.events import Event, EventType, canonical_json
 from acode.domain.idempotency import generate
 from acode.domain.ids import EventStamp, next_event_stamp, uuid7
 from acode.domain.reducer import (
+    _COMPACT,
     SUMMARY_VERSION,
     SessionSummary,
     StepRecord,
@@ -529,3 +530,40 @@ def test_a_summary_is_encoded_as_every_acode_version_wrote_it(
     signatures were made over the text an earlier version wrote."""
     assert summary.encode() == text
     assert decode_summary(text, title="t", seq=summary.seq) == summary
+
+
+_TEXTS = st.none() | st.sampled_from(["", "0", "null", ",null", 'a",0', "false"]) | st.text()
+_COUNTS = st.sampled_from([0, 1, 10]) | st.integers(0, 2**40)
+
+
+@given(
+    st.builds(
+        SessionSummary,
+        title=st.just("t"),
+        state=st.sampled_from(S),
+        seq=st.just(3),
+        resume_state=st.none() | st.sampled_from(S),
+        total_steps=st.none() | _COUNTS,
+        steps_completed=_COUNTS,
+        steps_failed=_COUNTS,
+        next_position=_COUNTS,
+        current_task=_TEXTS,
+        current_step=_TEXTS,
+        pending_approval=_TEXTS,
+        resumes=_COUNTS,
+        reason=_TEXTS,
+        discarded=st.booleans(),
+        plan_hash=_TEXTS,
+    )
+)
+def test_the_stored_summary_leaves_out_exactly_the_trailing_defaults(
+    summary: SessionSummary,
+) -> None:
+    # With the JSON's form fixed, that makes the stored text the one every version of
+    # acode writes for this summary: checkpoints already written still compare equal.
+    stored = summary.encode()
+    assert decode_summary(stored, title="t", seq=3) == summary
+    fields = json.loads(stored)[1:]
+    defaults = SessionSummary("t", summary.state)
+    last = _COMPACT[len(fields) - 1]
+    assert last == "state" or fields[-1] != getattr(defaults, last)

@@ -7,7 +7,6 @@ it twice would do harm; resume then refuses to run it again on its own.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import math
@@ -74,15 +73,27 @@ def import_step_function(target: str, workspace: Path) -> StepFunction:
 def _json_form(value: Any) -> bool:
     """Whether ``value`` is its own JSON form (decoding its JSON gives an equal value of
     the same types): no tuple, no non-string key, no float that JSON cannot hold."""
+    # Loops, and strings and integers checked in place: a step's result is walked once
+    # per step, mostly through such leaves, and a call per leaf was most of the walk.
     kind = type(value)
+    if kind is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                return False
+            leaf = type(v)
+            if leaf is not str and leaf is not int and not _json_form(v):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            leaf = type(item)
+            if leaf is not str and leaf is not int and not _json_form(item):
+                return False
+        return True
     if kind is str or kind is int or kind is bool or value is None:
         return True
     if kind is float:
         return math.isfinite(value)
-    if kind is list:
-        return all(_json_form(item) for item in value)
-    if kind is dict:
-        return all(type(k) is str and _json_form(v) for k, v in value.items())
     return False
 
 
@@ -104,9 +115,11 @@ class PythonStep:
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
         result = self.fn(env.ctx)
-        with contextlib.suppress(RecursionError):  # a cycle: the encoder names it below
+        try:
             if _json_form(result):
                 return Outcome(result)  # already what a replay returns: no round trip
+        except RecursionError:
+            pass  # a cycle: the encoder names it below
         try:
             # Live and replayed calls must return the same thing: the JSON form.
             return Outcome(json.loads(canonical_json(result)))

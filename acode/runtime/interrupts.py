@@ -26,6 +26,7 @@ class Interrupts:
     def __init__(self) -> None:
         self.requested = False
         self._interruptible = 0
+        self._block = _Interruptible(self)  # it counts the blocks open: one serves all
 
     @contextmanager
     def installed(self) -> Iterator[Interrupts]:
@@ -53,7 +54,7 @@ class Interrupts:
     def interruptible(self) -> _Interruptible:
         """A block in which a pause request is delivered at once."""
         self.check()
-        return _Interruptible(self)
+        return self._block
 
     def check(self) -> None:
         if self.requested:

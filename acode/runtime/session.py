@@ -103,7 +103,7 @@ def _input_hash(data: Mapping[str, Any]) -> str:
 _NO_INPUT = hashlib.sha256(b"{}").hexdigest()[:32]
 
 
-def _ignore(*_: object) -> None:
+def _ignore(*_: object, **__: object) -> None:
     return None
 
 
@@ -523,7 +523,6 @@ class Session:
                 checkpoint=False,
             )
         notice(StepPhase.STARTED, None)
-        started_at = time.monotonic()
         try:
             with self.interrupts.interruptible():
                 outcome = action.execute(env, prepared)
@@ -551,8 +550,7 @@ class Session:
             raise failure from exc
         self._finish(env, input_hash, outcome, has_row=has_row)
         self._progress.update(self._journal)
-        elapsed = int((time.monotonic() - started_at) * 1000)
-        notice(StepPhase.DONE, None, elapsed)
+        notice(StepPhase.DONE, None, timed=True)
         self.interrupts.check()
         return action.value(env.store, outcome.result)
 
@@ -643,13 +641,13 @@ class Session:
         needs no `steps` row: its event is its record, found by a replay in the order
         of the history. One whose row exists (a start record, an earlier attempt) has
         it brought up to date in the same commit."""
-        base = self._step_payload(env.ctx, input_hash)
-        payload = {**base, "result": outcome.result}
+        payload = self._step_payload(env.ctx, input_hash)
+        payload["result"] = outcome.result
         if recovered:
             payload["recovered"] = True
         self._journal.write(
             [(EventType.STEP_COMPLETED, payload)],
-            steps=[step_record(StepStatus.COMPLETED, 0, base)] if has_row else (),
+            steps=[step_record(StepStatus.COMPLETED, 0, payload)] if has_row else (),
             messages=outcome.messages,
             blobs=outcome.blobs,
             files=outcome.files,
@@ -777,8 +775,14 @@ class Session:
         if isinstance(observer, NullObserver):
             return _ignore
         total = self.total_steps
+        started_at = 0.0
 
-        def tell(phase: StepPhase, detail: str | None, duration_ms: int | None = None) -> None:
+        def tell(phase: StepPhase, detail: str | None, *, timed: bool = False) -> None:
+            """``timed``: give the time since STARTED was told."""
+            nonlocal started_at
+            if phase is StepPhase.STARTED:
+                started_at = time.monotonic()
+            duration_ms = int((time.monotonic() - started_at) * 1000) if timed else None
             observer.on_step(
                 StepNotice(
                     phase,

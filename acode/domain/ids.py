@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from acode.domain.frozen import build
+
 __all__ = [
     "SHORT_ID_LENGTH",
     "EventStamp",
@@ -99,7 +101,7 @@ def abbreviations(ids: list[str], minimum: int = SHORT_ID_LENGTH) -> dict[str, s
     return result
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # without slots: ``_stamp`` builds one per event (acode.domain.frozen)
 class EventStamp:
     ts_us: int
     event_id: str
@@ -131,4 +133,4 @@ def next_event_stamp(previous: EventStamp | None, now_us: int, rand: bytes) -> E
 
 
 def _stamp(ts_us: int, unix_ms: int, rand: int) -> EventStamp:
-    return EventStamp(ts_us, _pack(unix_ms, rand), (unix_ms, rand))
+    return build(EventStamp, ts_us=ts_us, event_id=_pack(unix_ms, rand), parts=(unix_ms, rand))

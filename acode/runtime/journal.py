@@ -125,9 +125,8 @@ class Journal:
             stamp = next_event_stamp(stamp, self._clock.now_us(), self._clock.random_bytes(10))
             payload_json = canonical_json(payload)
             seq += 1
-            previous = event_hash(
-                previous, seq, stamp.event_id, stamp.ts_us, type_.value, payload_json
-            )
+            # The type as it is, a StrEnum: formatted, it is its value.
+            previous = event_hash(previous, seq, stamp.event_id, stamp.ts_us, type_, payload_json)
             # Built by acode.domain.frozen, with the payload the fold reads in place of
             # parsing it back.
             event = build(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from acode.domain.frozen import build, evolve
+from acode.domain.ids import next_event_stamp
 from acode.domain.reducer import SessionSummary
 from acode.domain.states import SessionState
 
@@ -25,3 +26,10 @@ def test_evolve_equals_replace_and_leaves_both_frozen() -> None:
     assert (summary.seq, summary.current_step) == (4, "a")
     with pytest.raises(dataclasses.FrozenInstanceError):
         changed.seq = 6  # type: ignore[misc]
+
+
+def test_an_event_stamp_names_every_field() -> None:
+    first = next_event_stamp(None, 1_700_000_000_000_000, bytes(range(10)))
+    for stamp in (first, next_event_stamp(first, 1_700_000_000_000_001, bytes(10))):
+        fields = {f.name: vars(stamp)[f.name] for f in dataclasses.fields(stamp)}
+        assert type(stamp)(**fields) == stamp

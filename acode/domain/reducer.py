@@ -64,10 +64,20 @@ _COMPACT = (
 _DEFAULTS = (
     "", "0", "0", "null", "null", "null", "null", "null", "0", "0", "null", "null", "false"
 )  # fmt: skip
-# The text of the fields from each one (past the state) to the last, all at their
-# defaults, longest first: ``encode`` cuts the first that its text ends with. Each starts
-# at a comma between fields and holds no quote, so it can only match whole fields.
+# The text of trailing fields all at their defaults, longest first, for ``_cut``: of
+# every field past the state, of those past the current step, and of the first three.
 _DEFAULT_TAILS = tuple("," + ",".join(_DEFAULTS[i:]) for i in range(1, len(_DEFAULTS)))
+_REST_TAILS = _DEFAULT_TAILS[3:]
+_HEAD_TAILS = tuple("," + ",".join(_DEFAULTS[i:4]) for i in range(1, 4))
+
+
+def _cut(text: str, tails: tuple[str, ...]) -> str:
+    """``text`` without the first of ``tails`` it ends with. Each tail starts at a comma
+    between fields and holds no quote, so it can only match whole fields."""
+    for tail in tails:
+        if text.endswith(tail):
+            return text[: -len(tail)]
+    return text
 
 
 def _text(value: str | None) -> str:
@@ -129,18 +139,31 @@ class SessionSummary:
 
     def encode(self) -> str:
         """The summary as a checkpoint stores it (version 2); ``decode_summary`` reverses it."""
-        # Written by hand, in one piece: this runs for every step, and the JSON encoder
-        # takes several times as long for a list this small.
+        # Written by hand: this runs for every step, and the JSON encoder takes several
+        # times as long for a list this small. The fields past the current step seldom
+        # change: their text is kept with the values it was made from, in the instance
+        # (as a cached_property would), and ``evolve`` hands it on to the next summary,
+        # which uses it while the values are the same.
+        rest = (
+            self.reason,
+            self.current_task,
+            self.total_steps,
+            self.plan_hash,
+            self.resumes,
+            self.steps_failed,
+            self.resume_state,
+            self.pending_approval,
+            self.discarded,
+        )
+        known = self.__dict__.get("_rest_text")
+        if known is None or known[0] != rest:
+            known = self.__dict__["_rest_text"] = (rest, _rest_text(self))
         text = (
             f'[{SUMMARY_VERSION},"{self.state}",{self.steps_completed},{self.next_position},'
-            f"{_text(self.current_step)},{_text(self.reason)},{_text(self.current_task)},"
-            f"{_number(self.total_steps)},{_text(self.plan_hash)},{self.resumes},"
-            f"{self.steps_failed},{_text(self.resume_state)},{_text(self.pending_approval)},"
-            f"{'true' if self.discarded else 'false'}"
+            f"{_text(self.current_step)}{known[1]}"
         )
-        for tail in _DEFAULT_TAILS:
-            if text.endswith(tail):
-                return f"{text[: -len(tail)]}]"
+        if not known[1]:
+            text = _cut(text, _HEAD_TAILS)
         return f"{text}]"
 
     @classmethod
@@ -150,6 +173,16 @@ class SessionSummary:
         if fields.get("resume_state"):
             fields["resume_state"] = SessionState(fields["resume_state"])
         return cls(**fields)
+
+
+def _rest_text(s: SessionSummary) -> str:
+    """The text of the fields past the current step, the trailing defaults cut."""
+    text = (
+        f",{_text(s.reason)},{_text(s.current_task)},{_number(s.total_steps)},"
+        f"{_text(s.plan_hash)},{s.resumes},{s.steps_failed},{_text(s.resume_state)},"
+        f"{_text(s.pending_approval)},{'true' if s.discarded else 'false'}"
+    )
+    return _cut(text, _REST_TAILS)
 
 
 def decode_summary(text: str, *, title: str, seq: int) -> SessionSummary:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from acode.domain.chain import event_hash, genesis_hash
 from acode.domain.events import Event, EventType, canonical_json
+from acode.domain.frozen import evolve
 from acode.domain.idempotency import generate
 from acode.domain.ids import EventStamp, next_event_stamp, uuid7
 from acode.domain.reducer import (
@@ -567,3 +568,17 @@ def test_the_stored_summary_leaves_out_exactly_the_trailing_defaults(
     defaults = SessionSummary("t", summary.state)
     last = _COMPACT[len(fields) - 1]
     assert last == "state" or fields[-1] != getattr(defaults, last)
+
+
+def test_a_summary_evolved_from_an_encoded_one_encodes_as_a_new_one() -> None:
+    first = SessionSummary("t", S.EXECUTING, reason="started", current_step="a")
+    first.encode()  # keeps the text of its fields past the step, which evolve hands on
+    for changes in (
+        {"reason": "other"},
+        {"reason": None},
+        {"resumes": 1},
+        {"current_task": "task"},
+        {"steps_completed": 4, "current_step": "b"},
+        {"discarded": True},
+    ):
+        assert evolve(first, **changes).encode() == replace(first, **changes).encode()

@@ -257,7 +257,9 @@ class Session:
         title: str | None = None,
     ) -> Any:
         """Run ``fn(ctx)`` once and return its JSON-able result."""
-        return self._perform(PythonStep(fn, input), step_id, task, title)
+        # Built by acode.domain.frozen: one per call.
+        action = build(PythonStep, fn=fn, arguments=input, kind=StepKind.PYTHON)
+        return self._perform(action, step_id, task, title)
 
     def read(
         self, step_id: str, path: str, *, task: str | None = None, title: str | None = None

@@ -24,6 +24,7 @@ from acode.errors import (
     UsageError,
 )
 from acode.runtime.observer import ApprovalRequest
+from acode.runtime.steps.base import Prepared
 from acode.runtime.workspace import StatePaths
 from acode.store.sqlite_store import open_store
 
@@ -551,12 +552,23 @@ def _made_again(value: Any) -> Any:
     return type(value)(**{f.name: vars(value)[f.name] for f in dataclasses.fields(value)})
 
 
-def test_the_values_a_step_makes_name_every_field(workspace: Path) -> None:
+def test_the_values_a_step_makes_name_every_field(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     seen: list[acode.StepContext] = []
+    actions: list[Any] = []
     with acode.open_session("t", workspace=workspace) as s:
-        s.step("a", seen.append)
+        perform = s._perform
+
+        def keep(action: Any, *rest: Any) -> Any:
+            actions.append(action)
+            return perform(action, *rest)
+
+        monkeypatch.setattr(s, "_perform", keep)
+        s.step("a", seen.append, input={"n": 1})
         env = s._env("b", StepKind.PYTHON, "task", 1, 2)
+        outcome = actions[0].execute(env, Prepared())
         events, _ = s.journal.build([(EventType.STEP_COMPLETED, {"step": "b", "position": 1})])
         summary = s.journal.summary
-    for value in (*seen, env, env.ctx, *events, summary):
+    for value in (*seen, *actions, outcome, env, env.ctx, *events, summary):
         assert _made_again(value) == value

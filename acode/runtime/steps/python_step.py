@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from acode.domain.events import canonical_json
+from acode.domain.frozen import build
 from acode.domain.kinds import StepKind
 from acode.errors import PlanError, StepFailedError
 from acode.runtime.steps.base import (
@@ -117,7 +118,8 @@ class PythonStep:
         result = self.fn(env.ctx)
         try:
             if _json_form(result):
-                return Outcome(result)  # already what a replay returns: no round trip
+                # Already what a replay returns: no round trip. Built by acode.domain.frozen.
+                return build(Outcome, result=result, blobs=(), messages=(), files=())
         except RecursionError:
             pass  # a cycle: the encoder names it below
         try:

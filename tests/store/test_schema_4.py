@@ -30,6 +30,7 @@ from acode.store.migrations import available_migrations, schema_version
 from acode.store.records import CheckpointRow
 from acode.store.sqlite_store import open_store
 from tests.store.older_schemas import older_database
+from tests.store.recorded import paused_session
 
 _NO_INPUT = "44136fa355b3678a1146ad16f7e8649e"  # sha256("{}")[:32], as schema 3 stored it
 _STEP_EVENTS = {"step_started", "step_completed", "step_failed", "step_rolled_back"}
@@ -40,12 +41,7 @@ def _result(ctx: acode.StepContext) -> dict[str, Any]:
 
 
 def _paused(ws: Path, steps: int) -> str:
-    s = acode.open_session("old", workspace=ws)
-    for i in range(steps):
-        s.step(f"s{i}", _result)
-    s.pause("test")
-    s.close()
-    return s.id
+    return paused_session(ws, steps, _result, title="old")
 
 
 def _raw(ws: Path) -> sqlite3.Connection:

@@ -31,6 +31,7 @@ from acode.store.migrations import schema_version
 from acode.store.records import CheckpointRow
 from acode.store.sqlite_store import open_store
 from tests.store.older_schemas import older_database
+from tests.store.recorded import paused_session
 
 _STEP_EVENTS = {"step_started", "step_completed", "step_failed", "step_rolled_back"}
 
@@ -40,12 +41,7 @@ def _result(ctx: acode.StepContext) -> dict[str, Any]:
 
 
 def _paused(ws: Path, steps: int) -> str:
-    s = acode.open_session("five", workspace=ws)
-    for i in range(steps):
-        s.step(f"s{i}", _result)
-    s.pause("test")
-    s.close()
-    return s.id
+    return paused_session(ws, steps, _result, title="five")
 
 
 def _as_schema_4(ws: Path, *, event_id: object = None) -> None:

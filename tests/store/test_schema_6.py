@@ -31,6 +31,7 @@ from acode.store import sqlite_store
 from acode.store.connection import Durability, connect
 from acode.store.migrations import schema_version
 from acode.store.sqlite_store import SqliteStore, open_store
+from tests.store.recorded import paused_session
 
 _STEP_TYPES = (
     "'approval_requested', 'step_completed', 'step_failed', 'step_rolled_back', 'step_started'"
@@ -42,11 +43,7 @@ def _result(ctx: acode.StepContext) -> dict[str, Any]:
 
 
 def _recorded(ws: Path, steps: int) -> str:
-    s = acode.open_session("six", workspace=ws)
-    for i in range(steps):
-        s.step(f"s{i}", _result)
-    s.close()  # interrupted, not completed: it resumes
-    return s.id
+    return paused_session(ws, steps, _result, title="six")
 
 
 @contextmanager

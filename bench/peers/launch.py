@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,15 +66,23 @@ class Driver:
             cwd=REPO,
         )
         self.database = Path(self._expect("ready")["database"])
+        os.kill(self._process.pid, signal.SIGSTOP)  # until its first turn (see turn)
 
     def turn(self) -> float:
-        """One chunk of steps; the seconds it took."""
+        """One chunk of steps; the seconds it took. Between its turns the driver is
+        stopped (SIGSTOP): an engine's background threads (DBOS polls its database,
+        LangGraph's async durability writes its checkpoints) do their work in its own
+        turns, never in another engine's, whose caches and timings they would disturb."""
         assert self._process.stdin is not None
+        os.kill(self._process.pid, signal.SIGCONT)
         self._process.stdin.write("go\n")
         self._process.stdin.flush()
-        return float(self._expect("chunk")["seconds"])
+        seconds = float(self._expect("chunk")["seconds"])
+        os.kill(self._process.pid, signal.SIGSTOP)
+        return seconds
 
     def finish(self) -> None:
+        os.kill(self._process.pid, signal.SIGCONT)
         self._expect("done")
         self._process.wait(timeout=120)
         self._errors.close()

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import acode
+from acode.domain.reducer import STEP_EVENT_TYPES
 from acode.errors import CheckpointError, NonDeterminismError
 from acode.runtime.journal import SUMMARY_EVERY, verify_history
 from acode.runtime.workspace import StatePaths
@@ -33,9 +34,7 @@ from acode.store.migrations import schema_version
 from acode.store.sqlite_store import SqliteStore, open_store
 from tests.store.recorded import paused_session
 
-_STEP_TYPES = (
-    "'approval_requested', 'step_completed', 'step_failed', 'step_rolled_back', 'step_started'"
-)
+_STEP_TYPES = ", ".join(repr(str(t)) for t in sorted(STEP_EVENT_TYPES))
 
 
 def _result(ctx: acode.StepContext) -> dict[str, Any]:

@@ -31,12 +31,17 @@ class EventType(StrEnum):
     SESSION_DISCARDED = "session_discarded"
 
 
-# One encoder for every call: json.dumps with options builds a new one each time.
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# One encoder for every call: json.dumps with options builds a new one each time. NaN
+# and the infinities are refused (ValueError): they are not JSON, and SQLite's JSON
+# functions and PostgreSQL's jsonb, which read the payloads, reject them.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 
 
 def canonical_json(value: object) -> str:
-    """The one JSON encoding acode hashes and stores: sorted keys, no spaces, UTF-8."""
+    """The one JSON encoding acode hashes and stores: sorted keys, no spaces, UTF-8, and
+    only finite numbers."""
     return _ENCODER.encode(value)
 
 

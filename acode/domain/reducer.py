@@ -32,6 +32,7 @@ __all__ = [
     "decode_summary",
     "fold",
     "fold_all",
+    "fold_completed",
     "fold_step",
     "payload_digest",
     "step_record",
@@ -230,7 +231,7 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
         raise _corrupt(event, f"follows event {summary.seq}: the sequence has a gap")
     s = summary
     if event.type is _COMPLETED:  # most events; ahead of the match, which tries each case
-        return _at_step(s, event.seq, p, steps_completed=s.steps_completed + 1)
+        return fold_completed(s, event.seq, p)
     match event.type:
         case EventType.STATE_CHANGED:
             target = SessionState(p["to"])
@@ -252,7 +253,7 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
         case EventType.STEP_STARTED | EventType.STEP_ROLLED_BACK:
             return _at_step(s, event.seq, p)
         case EventType.STEP_COMPLETED:
-            return _at_step(s, event.seq, p, steps_completed=s.steps_completed + 1)
+            return fold_completed(s, event.seq, p)
         case EventType.STEP_FAILED:
             return _at_step(s, event.seq, p, steps_failed=s.steps_failed + 1)
         case EventType.APPROVAL_REQUESTED:
@@ -263,6 +264,12 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
             return evolve(s, seq=event.seq, discarded=True)
         case EventType.SESSION_CREATED:
             raise _corrupt(event, "creates a session that already exists")
+
+
+def fold_completed(s: SessionSummary, seq: int, p: dict[str, Any]) -> SessionSummary:
+    """``fold`` of the step_completed event ``seq`` after ``s``, with payload ``p``: for a
+    writer that has the payload but no Event (``Journal.write_completion``)."""
+    return _at_step(s, seq, p, steps_completed=s.steps_completed + 1)
 
 
 def _at_step(

@@ -23,6 +23,7 @@ from acode.domain.reducer import (
     decode_summary,
     fold,
     fold_all,
+    fold_completed,
     fold_step,
 )
 from acode.domain.states import SessionState
@@ -30,7 +31,7 @@ from acode.errors import CheckpointError, ErrorCode
 from acode.runtime.clock import Clock
 from acode.security.signing import Signer
 from acode.store.records import CheckpointRow, Commit, FileRow, MessageRow, SessionRow
-from acode.store.sqlite_store import SqliteStore
+from acode.store.sqlite_store import SqliteStore, event_row
 
 __all__ = ["Journal", "checkpoint_message", "new_session_journal", "verify_history"]
 
@@ -120,13 +121,11 @@ class Journal:
         """Chained events for ``entries``, and the tail they leave; nothing changes until
         ``write`` commits them."""
         events: list[Event] = []
-        stamp, previous, seq = self._tail.stamp, self._tail.hash, self._tail.seq
+        tail = self._tail
+        stamp, previous, seq = tail.stamp, tail.hash, tail.seq
         for type_, payload in entries:
-            stamp = next_event_stamp(stamp, self._clock.now_us(), self._clock.random_bytes(10))
-            payload_json = canonical_json(payload)
             seq += 1
-            # The type as it is, a StrEnum: formatted, it is its value.
-            previous = event_hash(previous, seq, stamp.event_id, stamp.ts_us, type_, payload_json)
+            stamp, payload_json, previous = self._link(stamp, previous, seq, type_, payload)
             # Built by acode.domain.frozen, with the payload the fold reads in place of
             # parsing it back.
             event = build(
@@ -142,6 +141,25 @@ class Journal:
             )
             events.append(event)
         return events, _Tail(stamp, previous, seq)
+
+    def _link(
+        self,
+        stamp: EventStamp | None,
+        previous: bytes,
+        seq: int,
+        type_: EventType,
+        payload: dict[str, Any],
+    ) -> tuple[EventStamp, str, bytes]:
+        """The stamp, payload text and chain hash of event ``seq``, after ``stamp`` and
+        ``previous``."""
+        stamp = next_event_stamp(stamp, self._clock.now_us(), self._clock.random_bytes(10))
+        payload_json = canonical_json(payload)
+        # The type as it is, a StrEnum: formatted, it is its value.
+        return (
+            stamp,
+            payload_json,
+            event_hash(previous, seq, stamp.event_id, stamp.ts_us, type_, payload_json),
+        )
 
     def write(
         self,
@@ -168,9 +186,7 @@ class Journal:
         rows = [_resolve(s, events) for s in steps]
         assert self.summary is not None
         changed = summary.state is not self.summary.state
-        written = cp is not None and (
-            self._summary_seq is None or last.seq - self._summary_seq >= SUMMARY_EVERY
-        )
+        written = cp is not None and self._summary_due(last.seq)
         step_ids = _step_ids(entries)
         self.store.commit(
             self.row.sid,
@@ -188,20 +204,56 @@ class Journal:
                 archive=archive,
             ),
         )
+        if messages:
+            self._message_count = (self._message_count or 0) + len(messages)
+        self._committed(summary, tail, cp is not None, written, step_ids)
+        return events
+
+    def write_completion(self, payload: dict[str, Any]) -> None:
+        """``write([(EventType.STEP_COMPLETED, payload)])`` for a step whose completion is
+        its only record. Most steps of a session are one: they take the shortest way to
+        the same row, but for the one in SUMMARY_EVERY whose commit writes the summary
+        and the step id ledger out, which ``write`` makes."""
+        tail = self._tail
+        seq = tail.seq + 1
+        if self._summary_due(seq):
+            self.write([(EventType.STEP_COMPLETED, payload)])
+            return
+        type_ = EventType.STEP_COMPLETED
+        stamp, payload_json, head = self._link(tail.stamp, tail.hash, seq, type_, payload)
+        assert self.summary is not None
+        summary = fold_completed(self.summary, seq, payload)
+        tag = self._sign(summary.encode(), seq, head, stamp.ts_us)
+        row = event_row(
+            self.row.sid, seq, stamp.event_id, stamp.ts_us, type_, payload_json, head, None, tag
+        )
+        self.store.append_event(row)
+        self._committed(summary, _Tail(stamp, head, seq), True, False, [payload["step"]])
+
+    def _summary_due(self, seq: int) -> bool:
+        """Whether a checkpoint at event ``seq`` writes its summary out."""
+        return self._summary_seq is None or seq - self._summary_seq >= SUMMARY_EVERY
+
+    def _committed(
+        self,
+        summary: SessionSummary,
+        tail: _Tail,
+        checkpoint: bool,
+        written: bool,
+        step_ids: list[str],
+    ) -> None:
+        """Take on what a commit that ended at ``tail`` wrote."""
         self.summary = summary
         self._tail = tail
-        if cp is not None:
-            self.checkpoint_id = cp.id
+        if checkpoint:
+            self.checkpoint_id = tail.seq
         if written:
-            self._summary_seq = last.seq
+            self._summary_seq = tail.seq
             self._unledgered.clear()
         else:
             self._unledgered.extend(step_ids)
-        if messages:
-            self._message_count = (self._message_count or 0) + len(messages)
         if self.on_write is not None:
             self.on_write()
-        return events
 
     def _message_rows(
         self, messages: Sequence[tuple[str, dict[str, Any]]], seq: int
@@ -218,9 +270,12 @@ class Journal:
 
     def _checkpoint(self, summary: SessionSummary, last: Event, now: int) -> CheckpointRow:
         text = summary.encode()
-        message = _v2_message(self._message_prefix, last.seq, last.hash, now, text)
-        tag = self._signer.tag(message).hex()
+        tag = self._sign(text, last.seq, last.hash, now).hex()
         return CheckpointRow(last.seq, last.seq, text, last.hash, tag, now)
+
+    def _sign(self, summary_text: str, seq: int, head: bytes, now: int) -> bytes:
+        """The tag of the checkpoint at event ``seq`` (``checkpoint_message``)."""
+        return self._signer.tag(_v2_message(self._message_prefix, seq, head, now, summary_text))
 
     # -- loading -------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType, canonical_json
@@ -69,7 +69,12 @@ from acode.runtime.steps.base import (
 
 # The other step kinds load on their first call: a library caller's session of python
 # steps, or its replay, needs neither git, subprocesses nor the model client.
-from acode.runtime.steps.python_step import PythonStep
+from acode.runtime.steps.python_step import (
+    PythonStep,
+    StepFunction,
+    is_retryable,
+    recorded_form,
+)
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import Signer
 
@@ -257,9 +262,37 @@ class Session:
         title: str | None = None,
     ) -> Any:
         """Run ``fn(ctx)`` once and return its JSON-able result."""
+        if (
+            input is None
+            and self._position >= self._recorded_until
+            and isinstance(self.observer, NullObserver)
+            and is_retryable(fn)
+        ):
+            return self._new_step(step_id, fn, task)
         # Built by acode.domain.frozen: one per call.
         action = build(PythonStep, fn=fn, arguments=input, kind=StepKind.PYTHON)
         return self._perform(action, step_id, task, title)
+
+    def _new_step(self, step_id: str, fn: StepFunction, task: str | None) -> Any:
+        """``step`` past the recorded history, for a retryable function without input,
+        with no observer to tell: most steps of a library's loop. ``_perform`` does the
+        same for it, through the branches of every other kind of step and history;
+        tests/runtime/test_step_lane.py holds the two to the same records."""
+        self._require_active()
+        self._check_id(step_id)
+        position = self._advance(step_id)
+        ctx = self._context(step_id, StepKind.PYTHON, task, position, FIRST_ATTEMPT)
+        try:
+            with self.interrupts.interruptible():
+                result = recorded_form(fn(ctx), step_id)
+        except Exception as exc:
+            self._record_failure(exc, ctx, _NO_INPUT, _ignore)
+        payload = self._step_payload(ctx, _NO_INPUT)
+        payload["result"] = result
+        self._journal.write_completion(payload)
+        self._progress.update(self._journal)
+        self.interrupts.check()
+        return result
 
     def read(
         self, step_id: str, path: str, *, task: str | None = None, title: str | None = None
@@ -528,38 +561,44 @@ class Session:
         try:
             with self.interrupts.interruptible():
                 outcome = action.execute(env, prepared)
-        except (PauseRequested, KeyboardInterrupt, ModelError):
-            # An unavailable model is not the step's fault: the step stays unfinished and
-            # the session resumable, and resume sends the request again.
-            raise
-        except StepFailedError as exc:
-            self._fail(env, input_hash, exc)
-            notice(StepPhase.FAILED, exc.message)
-            raise
-        except UsageError as refused:
-            # A path outside the workspace, say: running it again can never succeed, so
-            # the step fails rather than leave a session that every resume stops at.
-            failure = StepFailedError(refused.message, hint=refused.hint)
-            self._fail(env, input_hash, failure)
-            notice(StepPhase.FAILED, failure.message)
-            raise failure from refused
         except Exception as exc:
-            failure = StepFailedError(
-                f"step {env.ctx.step_id!r} raised {type(exc).__name__}: {exc}"
-            )
-            self._fail(env, input_hash, failure)
-            notice(StepPhase.FAILED, failure.message)
-            raise failure from exc
+            # A pause or Ctrl+C (not Exceptions) leaves the step unfinished, resumable.
+            self._record_failure(exc, env.ctx, input_hash, notice)
         self._finish(env, input_hash, outcome, has_row=has_row)
         self._progress.update(self._journal)
         notice(StepPhase.DONE, None, timed=True)
         self.interrupts.check()
         return action.value(env.store, outcome.result)
 
-    def _claim(
-        self, step_id: str, kind: StepKind, input_hash: str
-    ) -> tuple[int, StepRecord | None]:
-        """Take the next position; return it with the record found there, if any."""
+    def _record_failure(
+        self,
+        exc: Exception,
+        ctx: StepContext,
+        input_hash: str,
+        notice: Callable[..., None],
+    ) -> NoReturn:
+        """Record the step ``ctx`` as failed by ``exc`` and raise its StepFailedError;
+        called in the handler of ``exc``."""
+        if isinstance(exc, ModelError):
+            # An unavailable model is not the step's fault: the step stays unfinished and
+            # the session resumable, and resume sends the request again.
+            raise exc
+        if isinstance(exc, StepFailedError):
+            failure = exc
+        elif isinstance(exc, UsageError):
+            # A path outside the workspace, say: running it again can never succeed, so
+            # the step fails rather than leave a session that every resume stops at.
+            failure = StepFailedError(exc.message, hint=exc.hint)
+        else:
+            failure = StepFailedError(f"step {ctx.step_id!r} raised {type(exc).__name__}: {exc}")
+        self._fail(ctx, input_hash, failure)
+        notice(StepPhase.FAILED, failure.message)
+        if failure is exc:
+            raise failure
+        raise failure from exc
+
+    def _check_id(self, step_id: str) -> None:
+        """Refuse an id that is not one, or that the session used before."""
         if not STEP_ID_PATTERN.fullmatch(step_id):
             raise UsageError(
                 f"invalid step id {step_id!r}",
@@ -573,6 +612,19 @@ class Session:
                 f"step id {step_id!r} is used twice in session {self.short_id}",
                 hint="every step of a session needs its own id",
             )
+
+    def _advance(self, step_id: str) -> int:
+        """Give ``step_id`` the next position, and return it."""
+        self._seen_ids.add(step_id)
+        position = self._position
+        self._position = position + 1
+        return position
+
+    def _claim(
+        self, step_id: str, kind: StepKind, input_hash: str
+    ) -> tuple[int, StepRecord | None]:
+        """Take the next position; return it with the record found there, if any."""
+        self._check_id(step_id)
         position = self._position
         # Calls take positions in order, so by the time a call reaches a position past
         # the recorded ones, every recorded id has been claimed again in _seen_ids.
@@ -593,15 +645,22 @@ class Session:
                 hint="the code or plan changed since the session was recorded; restore it, "
                 "or start a new session",
             )
-        self._seen_ids.add(step_id)
-        self._position += 1
-        return position, record
+        return self._advance(step_id), record
 
     def _env(
         self, step_id: str, kind: StepKind, task: str | None, position: int, attempt: int
     ) -> StepEnv:
-        # Built by acode.domain.frozen: every step makes both.
-        ctx = build(
+        ctx = self._context(step_id, kind, task, position, attempt)
+        # Built by acode.domain.frozen: every step but _new_step's makes one.
+        return build(
+            StepEnv, ctx=ctx, store=self._journal.store, config=self.config, strategy=self.strategy
+        )
+
+    def _context(
+        self, step_id: str, kind: StepKind, task: str | None, position: int, attempt: int
+    ) -> StepContext:
+        # Built by acode.domain.frozen: every step makes one.
+        return build(
             StepContext,
             session_id=self._journal.row.id,
             step_id=step_id,
@@ -611,9 +670,6 @@ class Session:
             idempotency_key=f"{self._key_prefix}{step_id}:{attempt}",
             workspace=self.workspace,
             task_id=task,
-        )
-        return build(
-            StepEnv, ctx=ctx, store=self._journal.store, config=self.config, strategy=self.strategy
         )
 
     def _step_payload(self, ctx: StepContext, input_hash: str) -> dict[str, Any]:
@@ -647,6 +703,9 @@ class Session:
         payload["result"] = outcome.result
         if recovered:
             payload["recovered"] = True
+        if not (has_row or outcome.messages or outcome.blobs or outcome.files):
+            self._journal.write_completion(payload)
+            return
         self._journal.write(
             [(EventType.STEP_COMPLETED, payload)],
             steps=[step_record(StepStatus.COMPLETED, 0, payload)] if has_row else (),
@@ -657,8 +716,8 @@ class Session:
         if outcome.messages and self._history is not None:
             self._history.extend(content for _, content in outcome.messages)
 
-    def _fail(self, env: StepEnv, input_hash: str, error: StepFailedError) -> None:
-        base = self._step_payload(env.ctx, input_hash)
+    def _fail(self, ctx: StepContext, input_hash: str, error: StepFailedError) -> None:
+        base = self._step_payload(ctx, input_hash)
         self._journal.write(
             [(EventType.STEP_FAILED, {**base, "error": error.message})],
             steps=[step_record(StepStatus.FAILED, 0, base)],

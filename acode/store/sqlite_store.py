@@ -29,7 +29,7 @@ from acode.store.connection import Durability, atomic, connect
 from acode.store.migrations import migrate
 from acode.store.records import CheckpointRow, Commit, FileRow, MessageRow, SessionRow
 
-__all__ = ["SqliteStore", "event_from_row", "key", "open_store"]
+__all__ = ["SqliteStore", "event_from_row", "event_row", "key", "open_store"]
 
 _SPAN = 1 << 32
 
@@ -104,10 +104,13 @@ SELECT_NEWEST_STEP_EVENTS = (
 )
 # The results of the answered model calls, picked out by SQLite: no event is decoded in
 # Python but theirs.
+# The CASE reads a payload only once it is known to be JSON: an older acode recorded a
+# python step's NaN as such, which the JSON functions refuse ("malformed JSON").
 SELECT_MODEL_RESULTS = (
     "SELECT json_extract(payload, '$.result') FROM events WHERE id > ? AND id < ?"
-    " AND type = 'step_completed' AND json_extract(payload, '$.kind') = 'model'"
-    " AND json_type(payload, '$.result') = 'object' ORDER BY id"
+    " AND type = 'step_completed' AND CASE WHEN json_valid(payload) THEN"
+    " json_extract(payload, '$.kind') = 'model' AND json_type(payload, '$.result') = 'object'"
+    " END ORDER BY id"
 )
 SELECT_UNFINISHED_STEPS = (
     f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id < ?"
@@ -204,6 +207,23 @@ def _event_id(stored: object) -> str:
     return stored.hex() if isinstance(stored, bytes) else str(stored)
 
 
+def event_row(
+    sid: int,
+    seq: int,
+    event_id: str,
+    ts_us: int,
+    type_: str,
+    payload_json: str,
+    hash_: bytes,
+    checkpoint: str | None = None,
+    signature: bytes | None = None,
+) -> tuple[Any, ...]:
+    """An event's row as INSERT_EVENT takes it; ``signature``: its checkpoint's tag, and
+    ``checkpoint`` the summary when the checkpoint writes it out."""
+    id_, event_id_bytes = key(sid, seq), uuid_bytes(event_id)
+    return (id_, sid, seq, event_id_bytes, ts_us, type_, payload_json, hash_, checkpoint, signature)
+
+
 # One statement of a write: the SQL, its parameters, and whether they are many rows of
 # them (executemany).
 _Statement = tuple[str, Any, bool]
@@ -216,19 +236,8 @@ def _statements(sid: int, c: Commit) -> list[_Statement]:
         blobs = [(sha, len(data), compress(data)) for sha, data in c.blobs]
         statements.append((INSERT_BLOB, blobs, True))
     # No checkpoint (the last two columns) but in the last row: see below.
-    rows: list[tuple[Any, ...]] = [
-        (
-            key(sid, e.seq),
-            sid,
-            e.seq,
-            uuid_bytes(e.event_id),
-            e.ts_us,
-            e.type.value,
-            e.payload_json,
-            e.hash,
-            None,
-            None,
-        )
+    rows = [
+        event_row(sid, e.seq, e.event_id, e.ts_us, e.type.value, e.payload_json, e.hash)
         for e in c.events
     ]
     k = c.checkpoint
@@ -379,6 +388,11 @@ class SqliteStore:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    def append_event(self, row: tuple[Any, ...]) -> None:
+        """Write one event row (``event_row``) with nothing else: a step's completion most
+        of the time. One statement is a transaction of its own (see ``commit``)."""
+        self.conn.execute(INSERT_EVENT, row)
 
     # -- reads ----------------------------------------------------------------------
 

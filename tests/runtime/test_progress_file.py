@@ -325,3 +325,19 @@ def test_a_failing_write_returns_none_and_the_session_runs_on(workspace: Path) -
         assert s.step("after", lambda ctx: 2) == 2
     finally:
         s.close()
+
+
+def test_a_payload_an_older_acode_wrote_with_nan_does_not_stop_the_rendering(
+    workspace: Path,
+) -> None:
+    """An earlier acode recorded a python step's NaN as Python's json writes it,
+    which SQLite's JSON functions refuse: the model usage must read past it."""
+    s = acode.open_session("t", workspace=workspace)
+    s.step("a", lambda ctx: {"n": 1})
+    s.journal.store.conn.execute(
+        "INSERT INTO events SELECT id + 1, sid, seq + 1, event_id, ts + 1, type,"
+        " replace(payload, '\"n\":1', '\"n\":NaN'), hash, NULL, NULL"
+        " FROM events WHERE id = (SELECT max(id) FROM events)"
+    )
+    assert "## Execution State" in _render(s)
+    s.close()

@@ -4,6 +4,7 @@ non-determinism, failures, approvals, pauses and the kind-specific recovery."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,19 @@ def test_results_must_be_json(workspace: Path) -> None:
     s = acode.open_session("t", workspace=workspace)
     with pytest.raises(StepFailedError, match="cannot be recorded as JSON"):
         s.step("a", lambda ctx: object())
+    s.close()
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
+def test_a_result_with_a_number_json_cannot_hold_fails_its_step(
+    workspace: Path, number: float
+) -> None:
+    """Python's json writes NaN and Infinity, which are not JSON: SQLite's JSON functions
+    (the progress file's model usage) and PostgreSQL's jsonb (sync) refuse them."""
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(StepFailedError, match="cannot be recorded as JSON: Out of range float"):
+        s.step("odd", lambda ctx: {"ratio": [1.5, number]})
+    assert s.step("next", lambda ctx: {"ratio": 1.5}) == {"ratio": 1.5}
     s.close()
 
 

@@ -32,7 +32,14 @@ from acode.runtime.steps.base import (
 if TYPE_CHECKING:
     from acode.store.sqlite_store import SqliteStore
 
-__all__ = ["PythonStep", "StepFunction", "import_step_function", "python_step"]
+__all__ = [
+    "PythonStep",
+    "StepFunction",
+    "import_step_function",
+    "is_retryable",
+    "python_step",
+    "recorded_form",
+]
 
 StepFunction = Callable[[StepContext], Any]
 F = TypeVar("F", bound=StepFunction)
@@ -98,6 +105,25 @@ def _json_form(value: Any) -> bool:
     return False
 
 
+def recorded_form(result: Any, step_id: str) -> Any:
+    """What step ``step_id``'s ``result`` is recorded and returned as: its JSON form, the
+    value a replay returns, so that live and replayed calls return the same thing.
+    Raises StepFailedError for a value JSON cannot hold."""
+    try:
+        if _json_form(result):
+            return result  # already its JSON form: no round trip
+    except RecursionError:
+        pass  # a cycle: the encoder names it below
+    try:
+        return json.loads(canonical_json(result))
+    except (TypeError, ValueError) as exc:
+        raise StepFailedError(
+            f"step {step_id!r} returned {type(result).__name__}, "
+            f"which cannot be recorded as JSON: {exc}",
+            hint="return dicts, lists, strings, numbers, booleans or None",
+        ) from exc
+
+
 @dataclass(frozen=True)
 class PythonStep:
     fn: StepFunction = field(compare=False)
@@ -115,22 +141,9 @@ class PythonStep:
         return Prepared()
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
-        result = self.fn(env.ctx)
-        try:
-            if _json_form(result):
-                # Already what a replay returns: no round trip. Built by acode.domain.frozen.
-                return build(Outcome, result=result, blobs=(), messages=(), files=())
-        except RecursionError:
-            pass  # a cycle: the encoder names it below
-        try:
-            # Live and replayed calls must return the same thing: the JSON form.
-            return Outcome(json.loads(canonical_json(result)))
-        except (TypeError, ValueError) as exc:
-            raise StepFailedError(
-                f"step {env.ctx.step_id!r} returned {type(result).__name__}, "
-                f"which cannot be recorded as JSON: {exc}",
-                hint="return dicts, lists, strings, numbers, booleans or None",
-            ) from exc
+        result = recorded_form(self.fn(env.ctx), env.ctx.step_id)
+        # Built by acode.domain.frozen.
+        return build(Outcome, result=result, blobs=(), messages=(), files=())
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         if env.strategy == "retry":

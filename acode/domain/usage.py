@@ -22,6 +22,16 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def __add__(self, other: Usage) -> Usage:
+        """Both sums together: a running total, added to as calls are recorded."""
+        costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
+        return Usage(
+            self.calls + other.calls,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            round(sum(costs), 8) if costs else None,
+        )
+
     def to_dict(self) -> dict[str, object]:
         return {
             "calls": self.calls,

@@ -15,6 +15,7 @@ Every text in it passes through the redactor before it is written (DESIGN.md inv
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from acode.domain.reducer import SessionSummary, StepRecord, StepStatus
 from acode.domain.states import is_terminal
+from acode.domain.usage import Usage, total_usage
 from acode.runtime.catalog import recorded_config, recorded_plan
 from acode.runtime.files import atomic_write
 from acode.runtime.inspection import model_usage
@@ -42,9 +44,10 @@ CUT_AT = 2000  # characters of one message or one result string shown in full
 RUN_TAIL_LINES = 20
 # The file is rewritten up to once a second: its cost must not grow with the session.
 SHOWN_MESSAGES = 200
-SHOWN_RESULTS = 200
+SHOWN_RESULTS = 20
 SHOWN_STEPS = 200  # the newest steps the execution state lists by id
 _ROLES = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system": "System"}
+_BACKTICKS = re.compile("`+")
 
 
 # -- redaction -----------------------------------------------------------------------------
@@ -62,9 +65,15 @@ def iso_time(us: int, *, precise: bool = False) -> str:
 
 
 def render_progress(
-    store: SqliteStore, row: SessionRow, summary: SessionSummary, *, now_us: int
+    store: SqliteStore,
+    row: SessionRow,
+    summary: SessionSummary,
+    *,
+    now_us: int,
+    usage: Usage | None = None,
 ) -> str:
-    """The progress file of a session, as of ``summary``, written at ``now_us``."""
+    """The progress file of a session, as of ``summary``, written at ``now_us``;
+    ``usage``: its model calls' usage when the caller keeps a running total."""
     plan = recorded_plan(store, row)
     newest = store.newest_steps(row, max(SHOWN_RESULTS, SHOWN_STEPS))
     # Steps left unfinished have a row in `steps` (schema 4), wherever they are.
@@ -73,7 +82,7 @@ def render_progress(
     records = [known[p] for p in sorted(known)]
     sections = [
         f"# Session progress - {_one_line(row.title)}",
-        _metadata(store, row, summary, plan, now_us),
+        _metadata(store, row, summary, plan, now_us, usage or model_usage(store, row)),
         _configuration(row),
         _conversation(store, row),
         _tool_results(store, row, summary, records),
@@ -88,7 +97,12 @@ def _one_line(text: str) -> str:
 
 
 def _metadata(
-    store: SqliteStore, row: SessionRow, summary: SessionSummary, plan: Plan | None, now_us: int
+    store: SqliteStore,
+    row: SessionRow,
+    summary: SessionSummary,
+    plan: Plan | None,
+    now_us: int,
+    usage: Usage,
 ) -> str:
     newest = store.newest_checkpoint(row)
     if newest is not None:
@@ -108,7 +122,6 @@ def _metadata(
         f"- **Reason**: {_one_line(summary.reason) if summary.reason else 'none'}",
         f"- **Written**: {iso_time(now_us)}",
     ]
-    usage = model_usage(store, row)
     if usage.calls:
         cost = f"${usage.cost_usd:.4f}" if usage.cost_usd is not None else "no price configured"
         lines.append(
@@ -185,8 +198,9 @@ def _tool_results(
             f"_The results of the first {hidden} finished steps are not shown here; "
             f"`acode session export {row.short_id or row.id} --format json` has them all._"
         )
+    events = store.events_at(row, [r.event_seq for r in finished])
     for record in finished:
-        event = store.event(row, record.event_seq)
+        event = events[record.event_seq]
         entry: dict[str, Any] = {"step": record.step_id, "kind": record.kind}
         if record.status is StepStatus.COMPLETED:
             entry["result"] = _shown_result(record.kind, event.payload.get("result"))
@@ -308,10 +322,7 @@ def _json_block(value: Any) -> str:
 
 def _fence(text: str, language: str) -> str:
     """A fenced block that ``text`` cannot close early, whatever backticks it holds."""
-    longest = run = 0
-    for char in text:
-        run = run + 1 if char == "`" else 0
-        longest = max(longest, run)
+    longest = max(map(len, _BACKTICKS.findall(text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{language}\n{text}\n{fence}"
 
@@ -332,6 +343,10 @@ class ProgressFile:
         self._min_interval_s = min_interval_s
         self._max_share = max_share
         self._next_due: float | None = None
+        # The session's model usage up to event _usage_seq: each update adds the calls
+        # since, so that a render does not read the whole history.
+        self._usage = Usage()
+        self._usage_seq = 0
 
     def path(self, session_id: str) -> Path:
         return self._paths.session_dir(session_id) / PROGRESS_FILE_NAME
@@ -343,7 +358,12 @@ class ProgressFile:
             return None
         summary = journal.summary
         assert summary is not None  # a journal has a summary once its session exists
-        text = render_progress(journal.store, journal.row, summary, now_us=time.time_ns() // 1000)
+        store, row = journal.store, journal.row
+        self._usage += total_usage(store.model_results(row, self._usage_seq, summary.seq))
+        self._usage_seq = summary.seq
+        text = render_progress(
+            store, row, summary, now_us=time.time_ns() // 1000, usage=self._usage
+        )
         target = self.path(journal.session_id)
         try:
             atomic_write(target, text.encode("utf-8"))

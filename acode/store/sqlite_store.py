@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,7 @@ INSERT_EVENT = (
 _EVENT_COLUMNS = "seq, event_id, ts, type, payload, hash"
 SELECT_EVENTS_AFTER = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? AND id < ? ORDER BY id"
 SELECT_EVENT = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id = ?"
+SELECT_EVENTS_AT = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id IN ({{}})"  # {}: the ?s
 SELECT_EVENTS_OF_TYPE = (
     f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? AND id < ? AND type = ? ORDER BY id"
 )
@@ -407,6 +409,14 @@ class SqliteStore:
             raise StorageError(f"session {session.short_id or session.id} has no event {seq}")
         return event_from_row(session.id, row)
 
+    def events_at(self, session: SessionRow, seqs: Sequence[int]) -> dict[int, Event]:
+        """The events numbered ``seqs``, by number, in one query."""
+        if not seqs:
+            return {}
+        sql = SELECT_EVENTS_AT.format(", ".join("?" * len(seqs)))
+        rows = self.conn.execute(sql, [key(session.sid, seq) for seq in seqs]).fetchall()
+        return {r[0]: event_from_row(session.id, r) for r in rows}
+
     def events_of_type(self, session: SessionRow, type_: EventType) -> list[Event]:
         bounds = (key(session.sid, 0), key(session.sid + 1, 0))
         rows = self.conn.execute(SELECT_EVENTS_OF_TYPE, (*bounds, type_.value)).fetchall()
@@ -442,9 +452,12 @@ class SqliteStore:
             upper = key(session.sid, rows[-1][0])
         return [records[p] for p in sorted(records)[-count:]]
 
-    def model_results(self, session: SessionRow) -> list[dict[str, Any]]:
-        """The recorded result of every answered model call, in order."""
-        bounds = (key(session.sid, 0), key(session.sid + 1, 0))
+    def model_results(
+        self, session: SessionRow, after_seq: int = 0, upto_seq: int = _SPAN - 1
+    ) -> list[dict[str, Any]]:
+        """The recorded result of every answered model call of events ``after_seq`` to
+        ``upto_seq``, in order."""
+        bounds = (key(session.sid, after_seq), key(session.sid, upto_seq + 1))
         return [json.loads(r[0]) for r in self.conn.execute(SELECT_MODEL_RESULTS, bounds)]
 
     def has_step_id(self, sid: int, step_id: str) -> bool:

@@ -15,6 +15,7 @@ from acode.domain.config import AcodeConfig, ModelSettings
 from acode.domain.plan import Plan
 from acode.errors import StepFailedError
 from acode.runtime.files import TEMP_PREFIX
+from acode.runtime.inspection import model_usage
 from acode.runtime.progress_file import (
     CUT_AT,
     ProgressFile,
@@ -341,3 +342,25 @@ def test_a_payload_an_older_acode_wrote_with_nan_does_not_stop_the_rendering(
     )
     assert "## Execution State" in _render(s)
     s.close()
+
+
+def test_the_model_usage_line_adds_up_every_call_across_updates(
+    workspace: Path, fake: FakeOpenAI
+) -> None:
+    """Each update adds the calls since the one before to a running total."""
+    progress = _progress(workspace, min_interval_s=0, max_share=1.0)
+    s = acode.open_session("t", workspace, _config(fake))
+    try:
+        for i in range(3):
+            s.model(f"ask{i}", f"question {i}")
+            s.step(f"py{i}", lambda ctx: 1)
+            target = progress.update(s.journal)
+            assert target is not None
+            whole = model_usage(s.journal.store, s.journal.row)
+            assert whole.calls == i + 1
+            assert (
+                f"- **Model Usage**: {whole.calls} calls, {whole.prompt_tokens} prompt + "
+                f"{whole.completion_tokens} completion tokens"
+            ) in target.read_text()
+    finally:
+        s.close()

@@ -31,7 +31,7 @@ def _side_by_side_settings(quick: bool, full: bool) -> SideBySideSettings:
     return SideBySideSettings(
         step_sizes=sizes,
         step_runs=3,
-        chunk=50,
+        turns=20,
         recovery_sizes=(1_000,) if quick else (1_000, 10_000),
         recovery_runs=3,
         history_sizes=() if quick else (100_000,),

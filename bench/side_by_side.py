@@ -25,7 +25,7 @@ _DISTRIBUTIONS = ("dbos", "SQLAlchemy", "langgraph", "langgraph-checkpoint-sqlit
 class SideBySideSettings:
     step_sizes: tuple[int, ...]
     step_runs: int
-    chunk: int
+    turns: int  # the turns a run of steps is cut into (run_steps)
     recovery_sizes: tuple[int, ...]
     recovery_runs: int
     history_sizes: tuple[int, ...]  # probed only: first new step, one crash each
@@ -66,7 +66,7 @@ def run_side_by_side(
         # Cold start first: its warm-up run also compiles what the other drivers import.
         coldstart = run_coldstart(settings.cold_samples, scratch, progress)
         s = settings
-        steps = run_steps(s.step_sizes, s.step_runs, s.chunk, scratch, progress, full=s.full)
+        steps = run_steps(s.step_sizes, s.step_runs, s.turns, scratch, progress, full=s.full)
         recovery = run_recovery(s.recovery_sizes, s.recovery_runs, scratch, progress, full=s.full)
         run_history(
             s.history_sizes,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -9,7 +10,7 @@ from bench.budget import BUDGET
 from bench.coldstart import BASELINE
 from bench.compare import BASE
 from bench.peers import Peer
-from bench.side_by_side import SideBySide
+from bench.side_by_side import SideBySide, SideBySideSettings
 
 __all__ = ["render_side_by_side"]
 
@@ -92,6 +93,13 @@ def _label(peers: tuple[Peer, ...], key: str) -> str:
     return next(p.label for p in peers if p.key == key)
 
 
+def _chunks(s: SideBySideSettings) -> str:
+    """The steps of a turn at each size, in words: "50 steps at 1,000 and 500 at 10,000"."""
+    parts = [f"{math.ceil(n / s.turns):,} at {n:,}" for n in s.step_sizes]
+    parts[0] = parts[0].replace(" at ", " steps at ", 1)
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
+
+
 def _steps_table(result: SideBySide) -> str:
     steps, s = result.steps, result.settings
     head = " | ".join(f"{n:,} steps: µs | x acode" for n in s.step_sizes)
@@ -99,12 +107,17 @@ def _steps_table(result: SideBySide) -> str:
         "### Per-step overhead",
         "",
         f"Microseconds per trivial step, medians of {s.step_runs} rounds. In a round the "
-        f"engines run their workflows at once, each in its process, taking turns every "
-        f"{s.chunk} steps (the order reversing every turn and shifting every round), so the "
-        "machine's drift hits all alike; only each engine's own turns are timed, and the "
+        f"engines run their workflows at once, each in its process, taking {s.turns} turns "
+        f"each (a turn is {_chunks(s)}; the order reversing every turn and shifting every "
+        "round), so the machine's drift hits all alike; only each engine's own turns are "
+        "timed, and the "
         "others are stopped (SIGSTOP) meanwhile, so that an engine's background threads "
         "(LangGraph's asynchronous checkpoint writes, DBOS's polling) work in its own turns, "
-        "not for free in another's. Those that "
+        "not for free in another's. A turn is a share of the run, not a fixed number of "
+        "steps: an engine stopped through the others' turns sees the wall clock run on, and "
+        "in turns of 50 steps acode's 10,000 were spread over some 100 s, in which it "
+        "rewrote its progress file (at most once a second of wall time) about 80 times "
+        "instead of the 4 of a run on its own, 80 µs a step. Those that "
         "wait for the disk at every commit take turns among themselves, the three that do "
         "not (acode normal, bare NORMAL, plain Python) among themselves: on ext4 a "
         "neighbour's fsyncs stall their writes threefold. "

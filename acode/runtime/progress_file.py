@@ -82,7 +82,9 @@ def render_progress(
     records = [known[p] for p in sorted(known)]
     sections = [
         f"# Session progress - {_one_line(row.title)}",
-        _metadata(store, row, summary, plan, now_us, usage or model_usage(store, row)),
+        _metadata(
+            store, row, summary, plan, now_us, model_usage(store, row) if usage is None else usage
+        ),
         _configuration(row),
         _conversation(store, row),
         _tool_results(store, row, summary, records),

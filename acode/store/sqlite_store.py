@@ -105,9 +105,8 @@ SELECT_NEWEST_STEP_EVENTS = (
     " ORDER BY id DESC LIMIT ?"
 )
 # The results of the answered model calls, picked out by SQLite: no event is decoded in
-# Python but theirs.
-# The CASE reads a payload only once it is known to be JSON: an older acode recorded a
-# python step's NaN as such, which the JSON functions refuse ("malformed JSON").
+# Python but theirs. The CASE reads a payload only once it is known to be JSON: an older
+# acode recorded a python step's NaN as such, which the JSON functions refuse.
 SELECT_MODEL_RESULTS = (
     "SELECT json_extract(payload, '$.result') FROM events WHERE id > ? AND id < ?"
     " AND type = 'step_completed' AND CASE WHEN json_valid(payload) THEN"
@@ -415,7 +414,13 @@ class SqliteStore:
             return {}
         sql = SELECT_EVENTS_AT.format(", ".join("?" * len(seqs)))
         rows = self.conn.execute(sql, [key(session.sid, seq) for seq in seqs]).fetchall()
-        return {r[0]: event_from_row(session.id, r) for r in rows}
+        found = {r[0]: event_from_row(session.id, r) for r in rows}
+        missing = [seq for seq in seqs if seq not in found]
+        if missing:
+            raise StorageError(
+                f"session {session.short_id or session.id} has no event {missing[0]}"
+            )
+        return found
 
     def events_of_type(self, session: SessionRow, type_: EventType) -> list[Event]:
         bounds = (key(session.sid, 0), key(session.sid + 1, 0))
@@ -455,8 +460,8 @@ class SqliteStore:
     def model_results(
         self, session: SessionRow, after_seq: int = 0, upto_seq: int = _SPAN - 1
     ) -> list[dict[str, Any]]:
-        """The recorded result of every answered model call of events ``after_seq`` to
-        ``upto_seq``, in order."""
+        """The recorded result of every answered model call among the events after
+        ``after_seq`` up to ``upto_seq`` included, in order."""
         bounds = (key(session.sid, after_seq), key(session.sid, upto_seq + 1))
         return [json.loads(r[0]) for r in self.conn.execute(SELECT_MODEL_RESULTS, bounds)]
 

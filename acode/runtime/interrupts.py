@@ -12,14 +12,18 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import TypeVar
 
 from acode.errors import EXIT_INTERRUPTED, PauseRequested
 from acode.runtime.procfs import processes
 
 __all__ = ["Interrupts"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Interrupts:
@@ -55,6 +59,17 @@ class Interrupts:
         """A block in which a pause request is delivered at once."""
         self.check()
         return self._block
+
+    def call(self, fn: Callable[[T], R], arg: T) -> R:
+        """``fn(arg)`` in an interruptible block: one call, for the function of every
+        step, where ``with interruptible()`` makes four."""
+        if self.requested:
+            raise PauseRequested
+        self._interruptible += 1
+        try:
+            return fn(arg)
+        finally:
+            self._interruptible -= 1
 
     def check(self) -> None:
         if self.requested:

@@ -283,8 +283,7 @@ class Session:
         position = self._advance(step_id)
         ctx = self._context(step_id, StepKind.PYTHON, task, position, FIRST_ATTEMPT)
         try:
-            with self.interrupts.interruptible():
-                result = recorded_form(fn(ctx), step_id)
+            result = recorded_form(self.interrupts.call(fn, ctx), step_id)
         except Exception as exc:
             self._record_failure(exc, ctx, _NO_INPUT, _ignore)
         payload = self._step_payload(ctx, _NO_INPUT)
@@ -896,10 +895,9 @@ class Session:
     def _require_active(self) -> None:
         if self._closed:
             raise UsageError(f"session {self.short_id} is closed")
-        if is_terminal(self.state):
-            raise UsageError(
-                f"session {self.short_id} is {self.state.value}; it takes no more steps"
-            )
+        state = self._journal.state
+        if is_terminal(state):
+            raise UsageError(f"session {self.short_id} is {state.value}; it takes no more steps")
 
     def close(self) -> None:
         if not self._closed:

@@ -4,6 +4,7 @@ and the sequence numbers disagree is reported, naming the first event out of pla
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import replace
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from acode.domain import events
 from acode.domain.events import Event, EventType, canonical_json, replay_order
 from acode.domain.ids import uuid7
 from tests.domain.test_reducer import History
@@ -146,3 +148,61 @@ def test_canonical_json_is_one_compact_sorted_encoding(value: object) -> None:
 
 def test_canonical_json_keeps_text_as_utf8_without_spaces() -> None:
     assert canonical_json({"b": 1, "a": ["é", None]}) == '{"a":["é",null],"b":1}'
+
+
+# Beyond JSON's own values: tuples, integer and float keys, floats, deep nesting.
+_encodable = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=3).map(tuple)
+        | st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(), inner, max_size=3)
+        | st.dictionaries(st.integers(), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_encodable)
+def test_the_encoder_made_once_writes_what_json_dumps_writes(value: object) -> None:
+    expected = json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    assert canonical_json(value) == expected
+
+
+@pytest.fixture(params=["made once", "json.dumps's way"])
+def encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways canonical_json encodes: CPython's C encoder made once, and, where that
+    is missing, the JSONEncoder."""
+    if request.param != "made once":
+        monkeypatch.setattr(events, "_C_ENCODER", None)
+    else:
+        assert events._C_ENCODER is not None  # CPython has it
+    return str(request.param)
+
+
+def test_either_way_encodes_alike(encoder: str) -> None:
+    assert canonical_json({"b": (1, 2.5), "é": "é", "a": None}) == '{"a":null,"b":[1,2.5],"é":"é"}'
+    assert canonical_json({10: True, 9: 1e100}) == '{"9":1e+100,"10":true}'
+    assert canonical_json("x") == '"x"'
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
+def test_either_way_refuses_what_json_cannot_hold(encoder: str, number: float) -> None:
+    with pytest.raises(ValueError, match="Out of range float"):
+        canonical_json({"x": [number]})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        canonical_json({"x": object()})
+
+
+def test_either_way_names_a_cycle(encoder: str) -> None:
+    loop: list[object] = []
+    loop.append({"again": loop})
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        canonical_json(loop)

@@ -65,6 +65,10 @@ def test_uuid7_is_a_version_7_rfc_uuid_carrying_its_millisecond(ms: int, rand: b
     assert str(parsed) == value
     assert uuid7_ms(value) == ms
     assert parsed.int >> 80 == ms
+    # RFC 9562's layout: 12 random bits after the version, 62 after the variant.
+    random = int.from_bytes(rand[:10], "big") & ((1 << RAND_BITS) - 1)
+    assert parsed.int >> 64 & 0xFFF == random >> 62
+    assert parsed.int & ((1 << 62) - 1) == random & ((1 << 62) - 1)
 
 
 @settings(max_examples=100, deadline=None)

@@ -46,10 +46,14 @@ class StepResults:
     def median_us(self, steps: int, key: str) -> float:
         return statistics.median(self.per_step_us[(steps, key)])
 
+    def ratios(self, steps: int, key: str, base: str = BASE) -> list[float]:
+        """``key``'s time over ``base``'s, round by round."""
+        pairs = zip(self.per_step_us[(steps, key)], self.per_step_us[(steps, base)], strict=True)
+        return [value / reference for value, reference in pairs]
+
     def ratio(self, steps: int, key: str, base: str = BASE) -> float:
         """The median over rounds of ``key``'s time over ``base``'s in the same round."""
-        pairs = zip(self.per_step_us[(steps, key)], self.per_step_us[(steps, base)], strict=True)
-        return statistics.median(value / reference for value, reference in pairs)
+        return statistics.median(self.ratios(steps, key, base))
 
     def bytes_per_step(self, steps: int, key: str) -> float | None:
         sizes = self.db_bytes.get((steps, key))

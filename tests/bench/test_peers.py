@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.compare import run_steps
+from bench.compare import StepResults, run_steps
 from bench.peers import PEERS, Peer, available, fits
 from bench.recovery import RecoveryResults, run_recovery
 
@@ -51,6 +51,16 @@ def test_steps_are_timed_in_turns_and_the_database_measured(
     assert 150 < bytes_per_step < 2_000
     assert results.bytes_per_step(120, "plain") is None  # nothing on disk
     assert len(lines) == 2  # one per group: those that fsync take turns apart
+
+
+def test_ratios_pair_the_engines_round_by_round() -> None:
+    results = StepResults(peers=(_peer("acode-full"), _peer("bare-full")))
+    results.per_step_us[(10, "acode-full")] = [150.0, 300.0, 120.0]
+    results.per_step_us[(10, "bare-full")] = [100.0, 150.0, 100.0]
+    assert results.ratios(10, "acode-full", base="bare-full") == [1.5, 2.0, 1.2]
+    # The median of the rounds' ratios, not the ratio of the medians (150 / 100).
+    assert results.ratio(10, "acode-full", base="bare-full") == 1.5
+    assert results.ratio(10, "bare-full") == pytest.approx(1 / 1.5)
 
 
 def test_a_killed_acode_workflow_recovers_with_no_step_run_twice(

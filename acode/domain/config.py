@@ -46,6 +46,7 @@ class ModelSettings:
     timeout_seconds: float = 120.0
     seed: int | None = None
     context_tokens: int = 8192
+    retries: int = 3  # a chat request the server turns away as busy (429, 503) is sent again
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,14 @@ def _positive_int() -> _Rule:
     return _Rule("a positive whole number", parse)
 
 
+def _count() -> _Rule:
+    def parse(value: object) -> object:
+        number = _as_int(value)
+        return number if number is not None and number >= 0 else _INVALID
+
+    return _Rule("a whole number, 0 or more", parse)
+
+
 def _optional_int() -> _Rule:
     return _Rule(
         "a whole number or null", lambda v: v if v is None or _as_int(v) is not None else _INVALID
@@ -237,6 +246,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
             "timeout_seconds": _positive_number(),
             "seed": _optional_int(),
             "context_tokens": _positive_int(),
+            "retries": _count(),
         },
     ),
     "agent": (

@@ -55,6 +55,7 @@ model:
   timeout_seconds: 120
   seed: null                            # a whole number asks the server for repeatable sampling
   context_tokens: 8192                  # context window; longer conversations are compacted
+  retries: 3                            # times a request turned away as busy (429, 503) is resent
 
 agent:                                  # `acode run "task"`
   max_turns: 12                         # model calls per task before the task fails

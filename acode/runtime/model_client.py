@@ -1,16 +1,22 @@
 """A client of OpenAI-compatible chat servers (Ollama, llama.cpp, vLLM, OpenAI, ...).
 
 Built on the standard library, imported inside the functions, so that importing this
-module costs nothing for commands that never talk to a model. It never retries: a
-request that may have reached the server is not sent again behind the caller's back
-(the caller records each response and resends only what was never answered).
+module costs nothing for commands that never talk to a model. A request that may have
+been answered is never sent again behind the caller's back (the caller records each
+response and resends only what was never answered): a timeout, a dropped connection or
+an error status is the caller's to handle. The one exception is a server that turns a
+request away unanswered as busy, HTTP 429 or 503, which is what those statuses ask: the
+request is sent again up to ``model.retries`` times, after the wait the server names
+(Retry-After) or 1, 2, 4 ... seconds, at most 30 each.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +27,7 @@ from acode.errors import ModelBusyError, ModelError
 __all__ = [
     "ChatResponse",
     "build_chat_payload",
+    "busy_wait",
     "chat",
     "list_models",
     "request_hash",
@@ -28,6 +35,9 @@ __all__ = [
 ]
 
 _BODY_EXCERPT = 300
+# Statuses by which a server turns a request away unanswered, asking for it later.
+_BUSY = frozenset({429, 503})
+_LONGEST_WAIT_S = 30.0
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _UNREACHABLE_HINT = (
     "is it running? For Ollama: `ollama serve`; check model.base_url in .agent/config.yml"
@@ -92,8 +102,50 @@ def send_chat(
     """Send a request body built by ``build_chat_payload`` as it is."""
     url = _endpoint(settings, "chat/completions")
     body = json.dumps(payload).encode("utf-8")
-    data = _request_json(url, settings, api_key, body, settings.timeout_seconds)
-    return _parse_chat(url, data, settings.name)
+    attempt = 0
+    while True:
+        try:
+            data = _request_json(url, settings, api_key, body, settings.timeout_seconds)
+        except ModelError as exc:
+            wait = busy_wait(exc, attempt)
+            if wait is None or attempt >= settings.retries:
+                raise
+            time.sleep(wait)
+            attempt += 1
+        else:
+            return _parse_chat(url, data, settings.name)
+
+
+def busy_wait(error: ModelError, attempt: int) -> float | None:
+    """Seconds to wait before sending again a request that failed with ``error`` after
+    ``attempt`` earlier retries; None when it is not to be sent again."""
+    import urllib.error
+
+    cause = error.__cause__
+    if not isinstance(cause, urllib.error.HTTPError) or cause.code not in _BUSY:
+        return None
+    asked = _retry_after(cause.headers.get("Retry-After") if cause.headers else None)
+    wait = asked if asked is not None else float(2**attempt)
+    return min(max(wait, 0.0), _LONGEST_WAIT_S)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """RFC 9110's Retry-After: seconds, or an HTTP date; None when absent or unreadable."""
+    from email.utils import parsedate_to_datetime
+
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return seconds if math.isfinite(seconds) else None
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return moment.timestamp() - time.time()
 
 
 def list_models(settings: ModelSettings, *, timeout: float = 3.0) -> list[str]:
@@ -217,6 +269,13 @@ def _http_error(url: str, status: int, body: str, settings: ModelSettings) -> Mo
         hint = (
             f"check model.name ({settings.name!r}) and model.base_url (it usually ends in /v1); "
             f"for Ollama: `ollama pull {settings.name}`"
+        )
+    elif status in _BUSY:
+        sent = settings.retries + 1
+        hint = (
+            "the server is busy or limits the rate of requests; acode sent this request "
+            f"{sent} time{'s' if sent > 1 else ''} (model.retries: {settings.retries}). "
+            "Wait, then run the command again, or raise model.retries in .agent/config.yml"
         )
     elif status >= 500:
         hint = "the model server failed; look at its log, then run the command again"

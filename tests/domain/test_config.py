@@ -57,6 +57,7 @@ def test_defaults_are_the_documented_ones() -> None:
     cfg = AcodeConfig()
     assert cfg.model.base_url == "http://localhost:11434/v1"
     assert cfg.model.name == "llama3.2"
+    assert cfg.model.retries == 3
     assert cfg.resume.in_progress_strategy == "rollback"
     assert cfg.resume.changed_files_action == "prompt"
     assert cfg.run.max_output_bytes == 65536
@@ -114,6 +115,9 @@ def test_the_hint_says_what_to_do() -> None:
         ({"model": {"base_url": "localhost:11434"}}, "expected an http:// or https:// URL"),
         ({"model": {"name": ""}}, "model.name: expected a non-empty string, got ''"),
         ({"model": {"seed": "7"}}, "model.seed: expected a whole number or null, got '7'"),
+        ({"model": {"retries": -1}}, "model.retries: expected a whole number, 0 or more, got -1"),
+        ({"model": {"retries": True}}, "model.retries: expected a whole number, 0 or more"),
+        ({"model": {"retries": 2.5}}, "model.retries: expected a whole number, 0 or more"),
         ({"resume": {"in_progress_strategy": "redo"}}, "one of 'rollback', 'retry', 'prompt'"),
         ({"resume": {"changed_files_action": None}}, "got null"),
         ({"resume": {"validate_environment": "yes"}}, "expected true or false, got 'yes'"),
@@ -182,6 +186,7 @@ def test_hash_is_sha256_of_canonical_json() -> None:
     temperature=st.floats(min_value=0, max_value=2),
     max_tokens=st.integers(min_value=1, max_value=10**9),
     seed=st.none() | st.integers(min_value=-(2**63), max_value=2**63),
+    retries=st.integers(min_value=0, max_value=100),
     strategy=st.sampled_from(["rollback", "retry", "prompt"]),
     timeout=st.floats(min_value=1e-3, max_value=1e6),
     remote=st.none() | st.text(min_size=1).filter(str.strip),
@@ -191,12 +196,18 @@ def test_any_valid_config_round_trips(
     temperature: float,
     max_tokens: int,
     seed: int | None,
+    retries: int,
     strategy: str,
     timeout: float,
     remote: str | None,
 ) -> None:
     data = {
-        "model": {"temperature": temperature, "max_tokens": max_tokens, "seed": seed},
+        "model": {
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            "seed": seed,
+            "retries": retries,
+        },
         "resume": {"in_progress_strategy": strategy, "validation_timeout_seconds": timeout},
         "sync": {"remote": remote},
     }

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 import os
 import signal
@@ -16,6 +18,7 @@ from acode.domain.config import ModelSettings
 from acode.errors import ModelError
 from acode.runtime.model_client import (
     build_chat_payload,
+    busy_wait,
     chat,
     list_models,
     request_hash,
@@ -131,6 +134,70 @@ def test_server_error_status_with_body_excerpt(fake: FakeOpenAI) -> None:
     assert "boom" in message
     assert len(message) < 500  # only the first 300 characters of the body
     assert info.value.hint is not None
+    assert len(fake.requests) == 1  # it may have been answered: never sent again
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_busy_server_is_asked_again_after_the_wait_it_names(
+    fake: FakeOpenAI, status: int
+) -> None:
+    busy = {"status": status, "body": "slow down", "headers": {"Retry-After": "0.3"}}
+    fake.script([busy, busy, "at last"])
+    started = time.monotonic()
+    assert chat(settings_for(fake), HELLO).content == "at last"
+    assert time.monotonic() - started >= 0.6
+    assert [r["body"] for r in fake.chat_requests] == [
+        build_chat_payload(settings_for(fake), HELLO)
+    ] * 3
+
+
+def test_a_server_busy_past_the_retries_fails_saying_how_often_it_was_asked(
+    fake: FakeOpenAI,
+) -> None:
+    busy = {"status": 503, "body": "overloaded", "headers": {"Retry-After": "0"}}
+    fake.script([busy] * 5)
+    with pytest.raises(ModelError) as info:
+        chat(settings_for(fake, retries=2), HELLO)
+    assert "HTTP 503: " in info.value.message
+    assert "sent this request 3 times (model.retries: 2)" in str(info.value.hint)
+    assert len(fake.chat_requests) == 3
+
+
+def test_no_retries_sends_once(fake: FakeOpenAI) -> None:
+    fake.script([{"status": 429, "headers": {"Retry-After": "0"}}, "unused"])
+    with pytest.raises(ModelError, match="HTTP 429") as info:
+        chat(settings_for(fake, retries=0), HELLO)
+    assert "sent this request 1 time (model.retries: 0)" in str(info.value.hint)
+    assert len(fake.chat_requests) == 1
+
+
+def _http_error(status: int, retry_after: str | None) -> ModelError:
+    import email.message
+    import urllib.error
+
+    headers = email.message.Message()
+    if retry_after is not None:
+        headers["Retry-After"] = retry_after
+    error = ModelError("HTTP")
+    error.__cause__ = urllib.error.HTTPError("http://x/v1", status, "busy", headers, None)
+    return error
+
+
+def test_the_wait_doubles_is_bounded_and_follows_retry_after() -> None:
+    assert [busy_wait(_http_error(503, None), n) for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    assert busy_wait(_http_error(429, "2.5"), 0) == 2.5
+    assert busy_wait(_http_error(429, "3600"), 0) == 30  # a wait that long is a pause
+    assert busy_wait(_http_error(429, "-4"), 0) == 0
+    assert busy_wait(_http_error(429, "soon"), 3) == 8  # unreadable: as if absent
+    assert busy_wait(_http_error(429, "nan"), 0) == 1
+    assert busy_wait(_http_error(429, "inf"), 1) == 2
+    in_a_while = email.utils.format_datetime(
+        datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=20)
+    )
+    assert 17 < (busy_wait(_http_error(503, in_a_while), 0) or 0) <= 20
+    assert busy_wait(_http_error(500, "1"), 0) is None
+    assert busy_wait(_http_error(404, None), 0) is None
+    assert busy_wait(ModelError("cannot reach the model server"), 0) is None
 
 
 def test_not_found_suggests_pulling_the_model(fake: FakeOpenAI) -> None:

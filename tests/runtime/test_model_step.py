@@ -52,6 +52,19 @@ def test_an_unanswered_request_is_sent_again_on_resume(workspace: Path) -> None:
         assert len(fake.chat_requests) == 2
 
 
+def test_a_busy_server_is_waited_for_within_the_step(workspace: Path) -> None:
+    with FakeOpenAI() as fake:
+        busy = {"status": 429, "body": "rate limited", "headers": {"Retry-After": "0"}}
+        fake.script([busy, busy, "answered"])
+        s = acode.open_session("t", workspace=workspace, config=_config(fake))
+        assert s.model("m1", "Anyone there?") == "answered"
+        s.close()
+        assert len(fake.chat_requests) == 3
+        with acode.resume_session(s.id, workspace=workspace, config=_config(fake)) as r:
+            assert r.model("m1", "Anyone there?") == "answered"  # recorded once
+        assert len(fake.chat_requests) == 3
+
+
 def test_an_unreachable_model_is_a_clear_failure(workspace: Path) -> None:
     config = AcodeConfig(
         model=ModelSettings(base_url="http://127.0.0.1:9/v1", name="x", timeout_seconds=2)

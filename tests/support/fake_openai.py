@@ -18,7 +18,8 @@ A scripted reply is one of:
   - ``"text"``: the assistant's content;
   - ``{"content": ..., "tool_calls": [...], "finish_reason": ..., "usage": {...}}``: any of
     these keys; a tool call may be the short ``{"name": n, "arguments": {...}}``;
-  - a fault: ``{"status": 500, "body": "..."}`` or ``{"malformed": True}``;
+  - a fault: ``{"status": 500, "body": "..."}`` or ``{"malformed": True}``; a status may
+    come with ``"headers": {"Retry-After": "1"}``;
   - ``{"delay": seconds, ...}``: wait, then answer with the rest (or the default answer).
 When the script is empty, the reply is ``"echo: <first 60 chars of the last user message>"``.
 
@@ -51,7 +52,17 @@ __all__ = ["FakeOpenAI", "Reply", "default_content", "main", "read_request_log"]
 Reply = str | dict[str, Any]
 
 _REPLY_KEYS = frozenset(
-    {"content", "tool_calls", "finish_reason", "usage", "status", "body", "malformed", "delay"}
+    {
+        "content",
+        "tool_calls",
+        "finish_reason",
+        "usage",
+        "status",
+        "body",
+        "headers",
+        "malformed",
+        "delay",
+    }
 )
 
 
@@ -284,7 +295,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the server is stopping: hang up unanswered
             return
         if "status" in spec:
-            self._send_error(spec["status"], spec.get("body", "scripted failure"))
+            self._send_error(
+                spec["status"], spec.get("body", "scripted failure"), spec.get("headers", {})
+            )
         elif spec.get("malformed"):
             self._send_raw(200, b"{this is not json", "application/json")
         else:
@@ -322,17 +335,21 @@ class _Handler(BaseHTTPRequestHandler):
             ),
         }
 
-    def _send_error(self, status: int, message: str) -> None:
+    def _send_error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         error = {"error": {"message": message, "type": "fake_error", "code": status}}
-        self._send_json(status, error)
+        self._send_raw(status, json.dumps(error).encode("utf-8"), "application/json", headers)
 
     def _send_json(self, status: int, payload: object) -> None:
         self._send_raw(status, json.dumps(payload).encode("utf-8"), "application/json")
 
-    def _send_raw(self, status: int, data: bytes, content_type: str) -> None:
+    def _send_raw(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 

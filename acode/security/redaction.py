@@ -55,12 +55,47 @@ _TOKEN_SHAPES = [
 ]
 
 
+# What each rule's matches cannot do without: a rule whose clue is absent from a text is
+# not run on it. Most text holds none (a step id, a path, a sentence), and running the
+# five patterns over every character was most of a progress file's rendering.
+# ``folded`` is the text casefolded: the key and bearer rules ignore case, and
+# casefolding maps every character those patterns match case-insensitively onto the
+# ASCII letter (the long s onto s, the Kelvin sign onto k).
+_Clue = Callable[[str, str], bool]
+# Each token shape's literal start (their patterns begin with it, after \b).
+_TOKEN_STARTS = re.compile(
+    r"AKIA|ASIA|gh[pousr]_|github_pat_|glpat-|sk-|[srp]k_|xox[abprs]-|AIza|hf_|npm_|eyJ"
+)
+_KEY_WORDS = ("pass", "pwd", "secret", "key", "token")  # a part of every key word below
+
+
+def _private_key_clue(text: str, folded: str) -> bool:
+    return "PRIVATE KEY-----" in text
+
+
+def _token_clue(text: str, folded: str) -> bool:
+    return _TOKEN_STARTS.search(text) is not None
+
+
+def _bearer_clue(text: str, folded: str) -> bool:
+    return "bearer" in folded
+
+
+def _url_clue(text: str, folded: str) -> bool:
+    return "://" in text and "@" in text
+
+
+def _pair_clue(text: str, folded: str) -> bool:
+    return ("=" in text or ":" in text) and any(word in folded for word in _KEY_WORDS)
+
+
 @cache
-def _rules() -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
+def _rules() -> list[tuple[_Clue, re.Pattern[str], Callable[[re.Match[str]], str]]]:
     # Compiled at the first redaction, not on import: a command that redacts nothing
     # (`acode resume --dry-run` of a session with no remote) does not compile them.
     return [
         (
+            _private_key_clue,
             re.compile(
                 r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
                 r".*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
@@ -68,17 +103,20 @@ def _rules() -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
             ),
             lambda m: "-----BEGIN PRIVATE KEY----- ***redacted*** -----END PRIVATE KEY-----",
         ),
-        (re.compile("|".join(f"(?:{shape})" for shape in _TOKEN_SHAPES)), _whole),
+        (_token_clue, re.compile("|".join(f"(?:{shape})" for shape in _TOKEN_SHAPES)), _whole),
         (
+            _bearer_clue,
             re.compile(r"(?i)\b(?:authorization\s*[:=]\s*)?bearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})"),
             _group("s"),
         ),
         (
             # scheme://user:password@host
+            _url_clue,
             re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@/]+)@"),
             _group("s"),
         ),
         (
+            _pair_clue,
             re.compile(
                 # Any key ending in one of these words ("db_password", "x-api-key"): a word
                 # not preceded by a letter or digit. (Matching the key's prefix too was
@@ -95,8 +133,12 @@ def _rules() -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
 
 def redact(text: str) -> str:
     """``text`` with every recognised secret masked."""
-    for pattern, replace in _rules():
-        text = pattern.sub(replace, text)
+    folded = text.casefold()
+    for clue, pattern, replace in _rules():
+        if clue(text, folded):
+            masked = pattern.sub(replace, text)
+            if masked != text:  # the later rules read what this one left
+                text, folded = masked, masked.casefold()
     return text
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acode.security.redaction import redact, redact_json
+from acode.security.redaction import _rules, redact, redact_json
 
 SECRETS = [
     ("AKIAIOSFODNN7EXAMPLE", "aws access key id"),
@@ -102,3 +102,45 @@ def test_json_values_and_keys_are_redacted_recursively() -> None:
     assert "abcdefghijklmnop" not in str(out)
     assert "ghp_" + "b" * 36 not in str(out)
     assert out["n"] == 3
+
+
+def _every_rule_everywhere(text: str) -> str:
+    """Redaction as it was before the clues: every pattern run over the whole text."""
+    for _, pattern, replace in _rules():
+        text = pattern.sub(replace, text)
+    return text
+
+
+# Pieces of secrets, of the words and signs around them, and of the characters that
+# match ASCII letters only when case is ignored (the long s, the Kelvin sign).
+_PIECES = [
+    *(secret for secret, _ in SECRETS),
+    "password", "PassWord", "pa\u017f\u017fword", "pwd", "db_passwd", "secret", "SECRET_KEY",
+    "api-key", "ApiKey", "access_token", "auth-token", "refresh_token", "client_secret",
+    "toKen", "\u212aey", "Bearer ", "authorization: bearer ", "BEARER\t",
+    "https://user:", "pa55w0rd-long", "@db.example", "://", "@",
+    "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
+    "-----BEGIN PRIVATE KEY-----", "PRIVATE KEY-----", "MIIEvQIBADANBg",
+    "AKIA", "ASIA", "ghp_", "gho_", "github_pat_", "glpat-", "sk-", "sk-ant-", "sk_live_",
+    "rk_test_", "xoxb-", "AIza", "hf_", "npm_", "eyJ", ".eyJ",
+    "=", ":", " = ", ": ", "\"", "'", " ", "\n", ",", ";", "&", "***", "-", "_", ".",
+    "abcdefgh", "12345678", "QWERTYUIOPASDFGHJKLZ", "x" * 40,
+]  # fmt: skip
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=6), max_size=14).map("".join))
+def test_a_rule_skipped_for_want_of_its_clue_would_have_found_nothing(text: str) -> None:
+    assert redact(text) == _every_rule_everywhere(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pa\u017f\u017fword=hunter2hunter2",  # the long s: "password", case ignored
+        "to\u212aen: abcdefgh12345678",  # the Kelvin sign: "token"
+        "x-api-\u212aey=0123456789",
+    ],
+)
+def test_characters_that_only_ignoring_case_makes_ascii_are_still_judged(text: str) -> None:
+    assert redact(text) == _every_rule_everywhere(text) != text

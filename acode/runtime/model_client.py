@@ -125,7 +125,8 @@ def busy_wait(error: ModelError, attempt: int) -> float | None:
     if not isinstance(cause, urllib.error.HTTPError) or cause.code not in _BUSY:
         return None
     asked = _retry_after(cause.headers.get("Retry-After") if cause.headers else None)
-    wait = asked if asked is not None else float(2**attempt)
+    # 2**5 is past the longest wait already; a larger power would only overflow a float.
+    wait = asked if asked is not None else float(2 ** min(attempt, 5))
     return min(max(wait, 0.0), _LONGEST_WAIT_S)
 
 

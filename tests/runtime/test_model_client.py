@@ -186,6 +186,7 @@ def _http_error(status: int, retry_after: str | None) -> ModelError:
 def test_the_wait_doubles_is_bounded_and_follows_retry_after() -> None:
     assert [busy_wait(_http_error(503, None), n) for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
     assert busy_wait(_http_error(429, "2.5"), 0) == 2.5
+    assert busy_wait(_http_error(503, None), 5_000) == 30  # model.retries may be large
     assert busy_wait(_http_error(429, "3600"), 0) == 30  # a wait that long is a pause
     assert busy_wait(_http_error(429, "-4"), 0) == 0
     assert busy_wait(_http_error(429, "soon"), 3) == 8  # unreadable: as if absent

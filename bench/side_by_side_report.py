@@ -338,7 +338,7 @@ def _targets(result: SideBySide) -> list[_Target]:
     targets.append(
         _Target(
             f"a step within {STEP_VS_BARE:g}x the bare synchronous=FULL insert",
-            f"{_x(vs_bare)} at {n:,} steps (rounds: {rounds})",
+            f"{_x(vs_bare)} at {n:,} steps; rounds {rounds}",
             vs_bare <= STEP_VS_BARE,
         )
     )

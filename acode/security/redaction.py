@@ -63,9 +63,7 @@ _TOKEN_SHAPES = [
 # ASCII letter (the long s onto s, the Kelvin sign onto k).
 _Clue = Callable[[str, str], bool]
 # Each token shape's literal start (their patterns begin with it, after \b).
-_TOKEN_STARTS = re.compile(
-    r"AKIA|ASIA|gh[pousr]_|github_pat_|glpat-|sk-|[srp]k_|xox[abprs]-|AIza|hf_|npm_|eyJ"
-)
+_TOKEN_STARTS = r"AKIA|ASIA|gh[pousr]_|github_pat_|glpat-|sk-|[srp]k_|xox[abprs]-|AIza|hf_|npm_|eyJ"
 _KEY_WORDS = ("pass", "pwd", "secret", "key", "token")  # a part of every key word below
 
 
@@ -74,7 +72,7 @@ def _private_key_clue(text: str, folded: str) -> bool:
 
 
 def _token_clue(text: str, folded: str) -> bool:
-    return _TOKEN_STARTS.search(text) is not None
+    return re.search(_TOKEN_STARTS, text) is not None  # compiled once, by re's cache
 
 
 def _bearer_clue(text: str, folded: str) -> bool:

@@ -38,6 +38,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ModelSettings:
+    """The OpenAI-compatible chat server and how to call it (``model:``)."""
+
     base_url: str = "http://localhost:11434/v1"
     name: str = "llama3.2"
     temperature: float = 0.0
@@ -87,6 +89,8 @@ class Price:
 
 @dataclass(frozen=True)
 class ResumeSettings:
+    """What resume does with an interrupted step and with changed files (``resume:``)."""
+
     in_progress_strategy: Literal["rollback", "retry", "prompt"] = "rollback"
     changed_files_action: Literal["prompt", "continue", "abort"] = "prompt"
     validate_environment: bool = True
@@ -95,17 +99,23 @@ class ResumeSettings:
 
 @dataclass(frozen=True)
 class RunSettings:
+    """Limits of ``run`` steps (``run:``)."""
+
     default_timeout_seconds: float = 600.0
     max_output_bytes: int = 65536
 
 
 @dataclass(frozen=True)
 class SyncSettings:
+    """The remote PostgreSQL that mirrors every event (``sync:``); None: none."""
+
     remote: str | None = None
 
 
 @dataclass(frozen=True)
 class AcodeConfig:
+    """A workspace's settings, ``.agent/config.yml`` checked (docs/configuration.md)."""
+
     model: ModelSettings = field(default_factory=ModelSettings)
     resume: ResumeSettings = field(default_factory=ResumeSettings)
     run: RunSettings = field(default_factory=RunSettings)

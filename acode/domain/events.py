@@ -77,6 +77,8 @@ def canonical_json(value: object) -> str:
 
 @dataclass(frozen=True)
 class Event:
+    """One entry of a session's append-only log, as stored and hashed."""
+
     session_id: str
     seq: int
     event_id: str

@@ -20,6 +20,8 @@ _KEY = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class IdempotencyKey:
+    """What identifies one attempt of one step of a session to outside systems."""
+
     session_id: str
     step_id: str
     attempt: int

@@ -103,6 +103,8 @@ def abbreviations(ids: list[str], minimum: int = SHORT_ID_LENGTH) -> dict[str, s
 
 @dataclass(frozen=True)  # without slots: ``_stamp`` builds one per event (acode.domain.frozen)
 class EventStamp:
+    """An event's time and UUIDv7, in step with the events before it."""
+
     ts_us: int
     event_id: str
     # The id's millisecond and random parts, kept so that the next stamp need not parse

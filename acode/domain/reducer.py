@@ -101,6 +101,8 @@ class StepStatus(StrEnum):
 # Without slots: every step folds a new one, made by ``evolve`` (acode.domain.frozen).
 @dataclass(frozen=True)
 class SessionSummary:
+    """The state a checkpoint signs: every event folded, in a few fields."""
+
     title: str
     state: SessionState
     seq: int = 0

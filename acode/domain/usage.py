@@ -12,6 +12,8 @@ __all__ = ["Usage", "call_cost", "total_usage"]
 
 @dataclass(frozen=True)
 class Usage:
+    """Model calls, their tokens and their cost, summed."""
+
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -42,6 +42,8 @@ class Change(StrEnum):
 
 @dataclass(frozen=True)
 class ChangedFile:
+    """A workspace file that differs from what the session recorded."""
+
     path: str
     change: Change
     modified_ns: int | None  # when it changed (its mtime); None when it is gone
@@ -50,6 +52,8 @@ class ChangedFile:
 
 @dataclass(frozen=True)
 class ConfigChange:
+    """A setting whose value differs from the one the session started with."""
+
     key: str
     recorded: object
     current: object
@@ -57,6 +61,8 @@ class ConfigChange:
 
 @dataclass(frozen=True)
 class ModelCheck:
+    """Whether the model server answers and serves the configured model."""
+
     base_url: str
     name: str
     problem: str | None  # None: reachable and the model is listed
@@ -67,6 +73,8 @@ class ModelCheck:
 
 @dataclass(frozen=True)
 class EnvironmentReport:
+    """What resume found before continuing: files, settings, the model."""
+
     workspace: str
     workspace_exists: bool
     checked: tuple[str, ...] = ()  # every file compared, in path order

@@ -72,6 +72,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ResumePreview:
+    """What a resume would do, found before it does anything (``--dry-run``)."""
+
     row: SessionRow
     summary: SessionSummary
     checkpoint_id: int

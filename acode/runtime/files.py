@@ -39,6 +39,8 @@ _HINT = "write paths relative to the workspace root, e.g. src/app.py"
 
 @dataclass(frozen=True)
 class FileStat:
+    """What tells, without reading a file, that it may have changed."""
+
     size: int
     mtime_ns: int
 

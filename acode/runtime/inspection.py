@@ -47,6 +47,8 @@ def read_store(workspace: Path) -> Iterator[SqliteStore | None]:
 
 @dataclass(frozen=True)
 class SessionDetail:
+    """What ``acode status`` shows of one session."""
+
     row: SessionRow
     summary: SessionSummary
     steps: list[StepRecord]

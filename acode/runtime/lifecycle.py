@@ -43,6 +43,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Workspace:
+    """An opened workspace: its root, its state paths and its settings."""
+
     root: Path
     paths: StatePaths
     config: AcodeConfig

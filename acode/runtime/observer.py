@@ -28,6 +28,8 @@ class StepPhase(StrEnum):
 
 @dataclass(frozen=True)
 class StepNotice:
+    """A step starting, ending or failing, as an observer is told."""
+
     phase: StepPhase
     position: int
     step_id: str
@@ -50,6 +52,8 @@ class NullObserver:
 
 @dataclass(frozen=True)
 class ApprovalRequest:
+    """A question an approval step puts to a person."""
+
     session_id: str
     step_id: str
     question: str

@@ -15,6 +15,8 @@ __all__ = ["ProcessInfo", "environment", "open_files", "processes"]
 
 @dataclass(frozen=True)
 class ProcessInfo:
+    """One process as /proc tells it."""
+
     pid: int
     state: str  # "Z" for a zombie
     parent: int

@@ -24,6 +24,8 @@ def find_workspace(start: Path) -> Path:
 
 @dataclass(frozen=True)
 class StatePaths:
+    """Where acode keeps a workspace's state (``.agent/``)."""
+
     workspace: Path
 
     @property

@@ -25,6 +25,8 @@ _SQL_DIR = Path(__file__).parent / "sql"
 
 @dataclass(frozen=True)
 class Migration:
+    """One numbered schema change (``sql/NNNN_name.sql``)."""
+
     number: int
     name: str
     sql: str

@@ -18,6 +18,8 @@ __all__ = ["CheckpointRow", "Commit", "FileRow", "MessageRow", "SessionRow"]
 
 @dataclass(frozen=True)
 class SessionRow:
+    """A session's row: who it is, where it runs, and what it started with."""
+
     sid: int
     id: str
     title: str
@@ -50,6 +52,8 @@ class CheckpointRow(NamedTuple):
 
 @dataclass(frozen=True)
 class MessageRow:
+    """One message of a session's model conversation, at its place in it."""
+
     idx: int
     role: str
     content: str

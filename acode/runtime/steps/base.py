@@ -53,6 +53,8 @@ class StepContext:
 
 @dataclass(frozen=True)
 class StepEnv:
+    """What a step kind's code is given: the step, the store, the settings."""
+
     ctx: StepContext
     store: SqliteStore
     config: AcodeConfig
@@ -69,6 +71,8 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Outcome:
+    """A step's result, with what its commit records besides."""
+
     result: Any
     blobs: tuple[tuple[str, bytes], ...] = ()
     messages: tuple[tuple[str, dict[str, Any]], ...] = ()
@@ -83,6 +87,8 @@ class RecoveryAction(StrEnum):
 
 @dataclass(frozen=True)
 class Recovery:
+    """What resume did with an interrupted step, and why."""
+
     action: RecoveryAction
     detail: str
     result: Any = None

@@ -126,6 +126,8 @@ def recorded_form(result: Any, step_id: str) -> Any:
 
 @dataclass(frozen=True)
 class PythonStep:
+    """A ``python`` step: a function of the caller's, and its input."""
+
     fn: StepFunction = field(compare=False)
     arguments: Any = None
     kind: StepKind = StepKind.PYTHON

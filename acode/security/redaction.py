@@ -37,21 +37,29 @@ def _group(name: str) -> Callable[[re.Match[str]], str]:
     return replace
 
 
+# Each token shape: its literal start, which is also its rule's clue, and the rest.
 _TOKEN_SHAPES = [
-    r"\bAKIA[0-9A-Z]{16}\b",  # AWS access key id
-    r"\bASIA[0-9A-Z]{16}\b",  # AWS temporary access key id
-    r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",  # GitHub tokens
-    r"\bgithub_pat_[A-Za-z0-9_]{22,}\b",
-    r"\bglpat-[A-Za-z0-9_-]{20,}\b",  # GitLab
-    r"\bsk-ant-[A-Za-z0-9_-]{20,}",  # Anthropic
-    r"\bsk-(?:proj-)?[A-Za-z0-9_-]{20,}",  # OpenAI
-    r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b",  # Stripe
-    r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b",  # Slack
-    r"\bAIza[0-9A-Za-z_-]{35}\b",  # Google API key
-    r"\bhf_[A-Za-z0-9]{30,}\b",  # Hugging Face
-    r"\bnpm_[A-Za-z0-9]{36}\b",  # npm
-    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
+    ("AKIA", r"[0-9A-Z]{16}\b"),  # AWS access key id
+    ("ASIA", r"[0-9A-Z]{16}\b"),  # AWS temporary access key id
+    ("gh[pousr]_", r"[A-Za-z0-9]{36,}\b"),  # GitHub tokens
+    ("github_pat_", r"[A-Za-z0-9_]{22,}\b"),
+    ("glpat-", r"[A-Za-z0-9_-]{20,}\b"),  # GitLab
+    ("sk-ant-", r"[A-Za-z0-9_-]{20,}"),  # Anthropic
+    ("sk-", r"(?:proj-)?[A-Za-z0-9_-]{20,}"),  # OpenAI
+    ("(?:sk|rk|pk)_", r"(?:live|test)_[A-Za-z0-9]{16,}\b"),  # Stripe
+    ("xox[abprs]-", r"[A-Za-z0-9-]{10,}\b"),  # Slack
+    ("AIza", r"[0-9A-Za-z_-]{35}\b"),  # Google API key
+    ("hf_", r"[A-Za-z0-9]{30,}\b"),  # Hugging Face
+    ("npm_", r"[A-Za-z0-9]{36}\b"),  # npm
+    ("eyJ", r"[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
 ]
+# The names a `name=secret` pair is known by; each holds one of _KEY_WORDS, its clue.
+_KEY_NAMES = (
+    "password", "passwd", "pwd", "secret", "api[_-]?key", "apikey", "access[_-]?key",
+    "secret[_-]?key", "access[_-]?token", "auth[_-]?token", "refresh[_-]?token",
+    "client[_-]?secret", "token",
+)  # fmt: skip
+_KEY_WORDS = ("pass", "pwd", "secret", "key", "token")
 
 
 # What each rule's matches cannot do without: a rule whose clue is absent from a text is
@@ -61,9 +69,7 @@ _TOKEN_SHAPES = [
 # casefolding maps every character those patterns match case-insensitively onto the
 # ASCII letter (the long s onto s, the Kelvin sign onto k).
 _Clue = Callable[[str, str], bool]
-# Each token shape's literal start (their patterns begin with it, after \b).
-_TOKEN_STARTS = r"AKIA|ASIA|gh[pousr]_|github_pat_|glpat-|sk-|[srp]k_|xox[abprs]-|AIza|hf_|npm_|eyJ"
-_KEY_WORDS = ("pass", "pwd", "secret", "key", "token")  # a part of every key word below
+_TOKEN_STARTS = "|".join(start for start, _ in _TOKEN_SHAPES)
 
 
 def _private_key_clue(text: str, folded: str) -> bool:
@@ -96,7 +102,7 @@ _RULES: tuple[tuple[_Clue, str, Callable[[re.Match[str]], str]], ...] = (
         r".*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
         lambda m: "-----BEGIN PRIVATE KEY----- ***redacted*** -----END PRIVATE KEY-----",
     ),
-    (_token_clue, "|".join(f"(?:{shape})" for shape in _TOKEN_SHAPES), _whole),
+    (_token_clue, "|".join(rf"(?:\b{start}{rest})" for start, rest in _TOKEN_SHAPES), _whole),
     (
         _bearer_clue,
         r"(?i)\b(?:authorization\s*[:=]\s*)?bearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})",
@@ -113,9 +119,7 @@ _RULES: tuple[tuple[_Clue, str, Callable[[re.Match[str]], str]], ...] = (
         # Any key ending in one of these words ("db_password", "x-api-key"): a word not
         # preceded by a letter or digit. (Matching the key's prefix too was quadratic on
         # long runs of "." or "-": milliseconds for a 300-byte payload.)
-        r"(?i)(?<![A-Za-z0-9])"
-        r"(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|"
-        r"access[_-]?token|auth[_-]?token|refresh[_-]?token|client[_-]?secret|token)"
+        rf"(?i)(?<![A-Za-z0-9])(?:{'|'.join(_KEY_NAMES)})"
         r"[\"']?\s*[:=]\s*[\"']?(?!\*\*\*)(?P<s>[^\s\"',;&]{4,})",
         _group("s"),
     ),

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acode.security.redaction import _RULES, redact, redact_json
+from acode.security.redaction import _KEY_NAMES, _KEY_WORDS, _RULES, redact, redact_json
 
 SECRETS = [
     ("AKIAIOSFODNN7EXAMPLE", "aws access key id"),
@@ -145,3 +145,9 @@ def test_a_rule_skipped_for_want_of_its_clue_would_have_found_nothing(text: str)
 )
 def test_characters_that_only_ignoring_case_makes_ascii_are_still_judged(text: str) -> None:
     assert redact(text) == _every_rule_everywhere(text) != text
+
+
+def test_every_key_name_holds_its_rules_clue() -> None:
+    for name in _KEY_NAMES:
+        spelled = name.replace("[_-]?", "")
+        assert any(word in spelled for word in _KEY_WORDS), name

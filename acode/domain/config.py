@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from acode.errors import ConfigError
 
@@ -134,8 +134,7 @@ class AcodeConfig:
 _INVALID: Final = object()
 
 
-@dataclass(frozen=True)
-class _Rule:
+class _Rule(NamedTuple):
     """What one key accepts. ``echo`` is False where a wrong value may be a secret."""
 
     expected: str

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from acode.domain.config import AcodeConfig, config_to_dict
 from acode.errors import AcodeError, ModelBusyError
@@ -40,8 +39,7 @@ class Change(StrEnum):
     CREATED = "Created"
 
 
-@dataclass(frozen=True)
-class ChangedFile:
+class ChangedFile(NamedTuple):
     """A workspace file that differs from what the session recorded."""
 
     path: str
@@ -50,8 +48,7 @@ class ChangedFile:
     recorded_sha: str | None
 
 
-@dataclass(frozen=True)
-class ConfigChange:
+class ConfigChange(NamedTuple):
     """A setting whose value differs from the one the session started with."""
 
     key: str
@@ -59,8 +56,7 @@ class ConfigChange:
     current: object
 
 
-@dataclass(frozen=True)
-class ModelCheck:
+class ModelCheck(NamedTuple):
     """Whether the model server answers and serves the configured model."""
 
     base_url: str
@@ -71,8 +67,7 @@ class ModelCheck:
     busy: bool = False
 
 
-@dataclass(frozen=True)
-class EnvironmentReport:
+class EnvironmentReport(NamedTuple):
     """What resume found before continuing: files, settings, the model."""
 
     workspace: str

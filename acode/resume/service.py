@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType
@@ -70,8 +69,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class ResumePreview:
+class ResumePreview(NamedTuple):
     """What a resume would do, found before it does anything (``--dry-run``)."""
 
     row: SessionRow
@@ -262,7 +260,7 @@ def preview_resume(
         if verify:
             verify_history(store, row, signer)
         preview = _preview(store, row, journal, ws.config)
-        return replace(preview, environment=_environment(store, ws, preview, ws.config))
+        return preview._replace(environment=_environment(store, ws, preview, ws.config))
     finally:
         store.close()
 
@@ -403,7 +401,7 @@ def _resume(
         # With --force the person chose the configuration as it is now.
         config = current_config(store, row, ws.config) if force else recorded
         if config.resume.validate_environment:
-            preview = replace(preview, environment=_environment(store, ws, preview, config))
+            preview = preview._replace(environment=_environment(store, ws, preview, config))
         _judge(
             preview,
             force=force,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from acode.domain.config import AcodeConfig, parse_config, with_overrides
 from acode.domain.events import EventType
@@ -115,8 +114,7 @@ def recorded_config(row: SessionRow) -> AcodeConfig:
     return parse_config(json.loads(row.config), f"recorded config of session {row.short_id}")
 
 
-@dataclass(frozen=True)
-class AgentRecord:
+class AgentRecord(NamedTuple):
     """What `acode run "task"` recorded when it started an agent session."""
 
     task: str

@@ -14,9 +14,9 @@ import os
 import posixpath
 import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import NamedTuple
 
 from acode.errors import UsageError
 
@@ -37,8 +37,7 @@ _GLOB_MAGIC = frozenset("*?[")
 _HINT = "write paths relative to the workspace root, e.g. src/app.py"
 
 
-@dataclass(frozen=True)
-class FileStat:
+class FileStat(NamedTuple):
     """What tells, without reading a file, that it may have changed."""
 
     size: int

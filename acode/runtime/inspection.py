@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from acode.domain.events import Event, replay_order
 from acode.domain.reducer import SessionSummary, StepRecord
@@ -45,8 +45,7 @@ def read_store(workspace: Path) -> Iterator[SqliteStore | None]:
         store.close()
 
 
-@dataclass(frozen=True)
-class SessionDetail:
+class SessionDetail(NamedTuple):
     """What ``acode status`` shows of one session."""
 
     row: SessionRow

@@ -9,8 +9,7 @@ the events after it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from acode.domain.chain import event_hash, genesis_hash
 from acode.domain.events import Event, EventType, canonical_json
@@ -64,8 +63,7 @@ def _v2_message(prefix: str, seq: int, head: bytes, created_at: int, summary: st
     return f"{prefix}{seq}\n{head.hex()}\n{created_at}\n{summary}".encode()
 
 
-@dataclass
-class _Tail:
+class _Tail(NamedTuple):
     """What the next event chains onto."""
 
     stamp: EventStamp | None

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from acode.domain.config import AcodeConfig, SyncSettings, config_hash, config_to_dict
 from acode.domain.events import EventType, canonical_json
@@ -41,8 +41,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Workspace:
+class Workspace(NamedTuple):
     """An opened workspace: its root, its state paths and its settings."""
 
     root: Path

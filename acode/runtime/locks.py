@@ -15,9 +15,9 @@ import os
 import re
 import shlex
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import NamedTuple
 
 from acode.errors import ErrorCode, SessionLockedError, StorageError, UsageError
 
@@ -38,8 +38,7 @@ _MAX_OWNER_BYTES = 64 * 1024
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-@dataclass(frozen=True)
-class LockOwner:
+class LockOwner(NamedTuple):
     """Who holds (or last held) a session lock."""
 
     pid: int

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["ProcessInfo", "environment", "open_files", "processes"]
 
 
-@dataclass(frozen=True)
-class ProcessInfo:
+class ProcessInfo(NamedTuple):
     """One process as /proc tells it."""
 
     pid: int

@@ -14,7 +14,6 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -498,7 +497,7 @@ class Session:
             )
         started = self._started_record(record)
         if env.strategy == "prompt":
-            env = replace(env, strategy=self._ask_strategy(record))
+            env = env._replace(strategy=self._ask_strategy(record))
         recovery = action.recover(env, started)
         log_event(
             StatePaths(self.workspace),
@@ -650,10 +649,7 @@ class Session:
         self, step_id: str, kind: StepKind, task: str | None, position: int, attempt: int
     ) -> StepEnv:
         ctx = self._context(step_id, kind, task, position, attempt)
-        # Built by acode.domain.frozen: every step but _new_step's makes one.
-        return build(
-            StepEnv, ctx=ctx, store=self._journal.store, config=self.config, strategy=self.strategy
-        )
+        return StepEnv(ctx, self._journal.store, self.config, self.strategy)
 
     def _context(
         self, step_id: str, kind: StepKind, task: str | None, position: int, attempt: int

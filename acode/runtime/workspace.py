@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from acode.runtime.files import atomic_write
 
@@ -22,8 +22,7 @@ def find_workspace(start: Path) -> Path:
     return start
 
 
-@dataclass(frozen=True)
-class StatePaths:
+class StatePaths(NamedTuple):
     """Where acode keeps a workspace's state (``.agent/``)."""
 
     workspace: Path

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from acode.domain.ids import uuid_bytes
 from acode.errors import SchemaTooNewError, StorageError
@@ -23,8 +23,7 @@ _NAME = re.compile(r"(?P<number>\d{4})_(?P<name>\w+)\.sql")
 _SQL_DIR = Path(__file__).parent / "sql"
 
 
-@dataclass(frozen=True)
-class Migration:
+class Migration(NamedTuple):
     """One numbered schema change (``sql/NNNN_name.sql``)."""
 
     number: int

@@ -1,13 +1,13 @@
 """Rows as the store hands them out, and the one unit the store writes: a Commit.
 
-A Commit and its CheckpointRow are built at every step: named tuples, as immutable as
-a frozen dataclass and several times cheaper to make.
+All are named tuples: as immutable as a frozen dataclass, several times cheaper to
+build (a Commit and its CheckpointRow are built at every step), and over ten times
+cheaper to define, which every process start pays for each class (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from acode.domain.events import Event
@@ -16,8 +16,7 @@ from acode.domain.reducer import StepRecord
 __all__ = ["CheckpointRow", "Commit", "FileRow", "MessageRow", "SessionRow"]
 
 
-@dataclass(frozen=True)
-class SessionRow:
+class SessionRow(NamedTuple):
     """A session's row: who it is, where it runs, and what it started with."""
 
     sid: int
@@ -50,8 +49,7 @@ class CheckpointRow(NamedTuple):
     created_at: int
 
 
-@dataclass(frozen=True)
-class MessageRow:
+class MessageRow(NamedTuple):
     """One message of a session's model conversation, at its place in it."""
 
     idx: int
@@ -60,8 +58,7 @@ class MessageRow:
     seq: int
 
 
-@dataclass(frozen=True)
-class FileRow:
+class FileRow(NamedTuple):
     """A workspace file as a session last saw it (``sha256`` None: it did not exist)."""
 
     path: str

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -326,7 +325,7 @@ class SqliteStore:
         row = self.conn.execute(SELECT_SESSION_BY_ID, (session_id,)).fetchone()
         if row is None:
             raise StorageError(f"session {session_id} is not in {self.path}")
-        return replace(self._session(row), short_id=self.short_id(session_id))
+        return self._session(row)._replace(short_id=self.short_id(session_id))
 
     def _session(self, row: tuple[Any, ...]) -> SessionRow:
         """A sessions row with the time, task and step of its newest checkpoint."""
@@ -337,8 +336,7 @@ class SqliteStore:
         if newest is None:
             return session
         task, step = _current(newest, session.title)
-        return replace(
-            session,
+        return session._replace(
             updated_at=max(session.updated_at, newest.created_at),
             current_task=task,
             current_step=step,
@@ -350,7 +348,7 @@ class SqliteStore:
         rows = [
             self._session(r) for r in self.conn.execute(SELECT_SESSIONS_BY_PREFIX, (prefix, upper))
         ]
-        return [replace(r, short_id=self.short_id(r.id)) for r in rows]
+        return [r._replace(short_id=self.short_id(r.id)) for r in rows]
 
     def short_id(self, session_id: str) -> str:
         """The session's shortest unique id prefix (at least 8 characters)."""
@@ -368,7 +366,7 @@ class SqliteStore:
         rows = [self._session(r) for r in self.conn.execute(SELECT_SESSIONS).fetchall()]
         rows.sort(key=lambda r: (r.updated_at, r.id), reverse=True)
         short = abbreviations([r.id for r in rows])
-        return [replace(r, short_id=short[r.id]) for r in rows]
+        return [r._replace(short_id=short[r.id]) for r in rows]
 
     # -- the write path -----------------------------------------------------------
 

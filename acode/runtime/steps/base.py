@@ -10,10 +10,12 @@ finished, whether it is already done, can be run again, or must be rolled back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from acode.domain.config import AcodeConfig
 from acode.domain.kinds import StepKind
@@ -51,8 +53,7 @@ class StepContext:
     task_id: str | None = None
 
 
-@dataclass(frozen=True)
-class StepEnv:
+class StepEnv(NamedTuple):
     """What a step kind's code is given: the step, the store, the settings."""
 
     ctx: StepContext
@@ -61,16 +62,14 @@ class StepEnv:
     strategy: InProgressStrategy = "rollback"
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(NamedTuple):
     """Recorded in StepStarted (``record``) with the blobs it refers to."""
 
-    record: dict[str, Any] = field(default_factory=dict)
+    record: Mapping[str, Any] = MappingProxyType({})
     blobs: tuple[tuple[str, bytes], ...] = ()
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """A step's result, with what its commit records besides."""
 
     result: Any
@@ -85,8 +84,7 @@ class RecoveryAction(StrEnum):
     ROLLBACK_AND_RETRY = "rollback_retry"
 
 
-@dataclass(frozen=True)
-class Recovery:
+class Recovery(NamedTuple):
     """What resume did with an interrupted step, and why."""
 
     action: RecoveryAction

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from acode.domain.events import canonical_json
-from acode.domain.frozen import build
 from acode.domain.kinds import StepKind
 from acode.errors import PlanError, StepFailedError
 from acode.runtime.steps.base import (
@@ -144,8 +143,7 @@ class PythonStep:
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
         result = recorded_form(self.fn(env.ctx), env.ctx.step_id)
-        # Built by acode.domain.frozen.
-        return build(Outcome, result=result, blobs=(), messages=(), files=())
+        return Outcome(result)
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         if env.strategy == "retry":

@@ -56,9 +56,12 @@ class StatePaths(NamedTuple):
         return self.state_dir / "tmp" / session_id
 
     def clear_temp(self, session_id: str) -> None:
+        temp = self.temp_dir(session_id)
+        if not temp.exists():
+            return  # as after most resumes: importing shutil would cost one 3 ms for nothing
         import shutil
 
-        shutil.rmtree(self.temp_dir(session_id), ignore_errors=True)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def ensure_state_ignored(state_dir: Path) -> None:

@@ -16,6 +16,7 @@ from acode.domain.plan import (
     PlanProblem,
     StepSpec,
     TaskSpec,
+    _default_title,
     build_plan,
     plan_error,
 )
@@ -180,6 +181,22 @@ def test_the_error_says_what_to_do_next() -> None:
         build({"title": "T"})
     assert info.value.hint is not None
     assert "docs/plans.md" in info.value.hint
+
+
+# Every character str.splitlines breaks at, among others.
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+@given(
+    st.sampled_from(list(StepKind)),
+    st.text(alphabet=st.characters() | st.sampled_from(_LINE_BREAKS)),
+)
+def test_default_title_is_the_first_line_of_the_target(kind: StepKind, target: str) -> None:
+    lines = target.strip().splitlines()
+    expected = f"{kind.value}: {lines[0] if lines else ''}"
+    if len(expected) > 60:
+        expected = expected[:57] + "..."
+    assert _default_title(kind, target) == expected
 
 
 def test_plan_error_renders_problems_as_file_line_message() -> None:

@@ -3,6 +3,7 @@ sessions: progress, interruption, approvals and the exit status."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 
@@ -17,6 +18,7 @@ from acode.errors import (
     ModelError,
     PauseRequested,
     StepFailedError,
+    StorageError,
 )
 from acode.runtime.observer import ApprovalRequest, Approver, Observer
 from acode.runtime.plan_runner import run_plan
@@ -98,6 +100,18 @@ def _drive(session: Session, body: Callable[[Session], SessionState], as_json: b
     except StepFailedError as failure:
         session.fail(failure.message)
         return _report(session, as_json, 1, f"Session {short} FAILED: {failure}")
+    except StorageError as fault:
+        # The database took no more writes (a full disk, say): the step that met it has
+        # no outcome and runs again on resume; a pause is recorded when it still can be.
+        with contextlib.suppress(StorageError):
+            session.pause(f"database unavailable: {fault.message}")
+        return _report(
+            session,
+            as_json,
+            1,
+            f"Stopped session {short}: {fault.message}\n"
+            f"Once it can be written again, resume with: acode resume {short}",
+        )
     if final is SessionState.CANCELLED:
         return _report(session, as_json, 1, f"Approval denied: session {short} cancelled.")
     done = session.steps_completed

@@ -257,7 +257,10 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
         case EventType.STEP_COMPLETED:
             return fold_completed(s, event.seq, p)
         case EventType.STEP_FAILED:
-            return _at_step(s, event.seq, p, steps_failed=s.steps_failed + 1)
+            failed = _at_step(s, event.seq, p, steps_failed=s.steps_failed + 1)
+            if s.pending_approval == p["step"]:  # an approval the session went on without
+                return evolve(failed, pending_approval=None)
+            return failed
         case EventType.APPROVAL_REQUESTED:
             return _at_step(s, event.seq, p, pending_approval=p["step"])
         case EventType.APPROVAL_DECIDED:

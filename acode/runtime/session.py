@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType, canonical_json
@@ -33,10 +33,10 @@ from acode.domain.reducer import (
 )
 from acode.domain.states import SessionState, can_transition, is_terminal
 from acode.errors import (
+    AcodeError,
     ApprovalPending,
     CheckpointError,
     ErrorCode,
-    ModelError,
     NonDeterminismError,
     PauseRequested,
     StepFailedError,
@@ -60,6 +60,7 @@ from acode.runtime.steps.base import (
     InProgressStrategy,
     Outcome,
     Prepared,
+    Recovery,
     RecoveryAction,
     StepAction,
     StepContext,
@@ -76,6 +77,7 @@ from acode.runtime.steps.python_step import (
 )
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import Signer
+from acode.store.records import FileRow
 
 if TYPE_CHECKING:
     from acode.runtime.process import CommandResult
@@ -109,6 +111,39 @@ _NO_INPUT = hashlib.sha256(b"{}").hexdigest()[:32]
 
 def _ignore(*_: object, **__: object) -> None:
     return None
+
+
+class _Unsettled(NamedTuple):
+    """A step whose call raised before any outcome of it was recorded."""
+
+    ctx: StepContext
+    input_hash: str
+    error: str
+    files: tuple[FileRow, ...]
+
+
+def _step_failure(exc: BaseException, step_id: str) -> StepFailedError | None:
+    """``exc`` as the failure of step ``step_id``, recorded as its outcome; None for
+    what is not the step's doing and must not become its outcome: a pause, an approval
+    no one can give now, an unavailable model or database, a history that fails its
+    integrity checks."""
+    if isinstance(exc, StepFailedError):
+        return exc
+    if isinstance(exc, UsageError):
+        # A path outside the workspace, say: running it again can never succeed, so
+        # the step fails rather than leave a session that every resume stops at.
+        return StepFailedError(exc.message, hint=exc.hint)
+    if isinstance(exc, AcodeError | ApprovalPending) or not isinstance(exc, Exception):
+        return None
+    return StepFailedError(f"step {step_id!r} raised {type(exc).__name__}: {exc}")
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, AcodeError):
+        return exc.message
+    if isinstance(exc, PauseRequested | KeyboardInterrupt):
+        return "interrupted"
+    return str(exc) or type(exc).__name__
 
 
 # A replay decodes one payload per completed step: the decoder's own entry point skips
@@ -175,6 +210,8 @@ class Session:
         self._scanned_position = -1  # the highest position they name
         self._scan_done = self._recorded_until == 0
         self._history: list[dict[str, Any]] | None = None
+        # A step whose call raised with no outcome recorded (``_unsettle``).
+        self._unsettled: _Unsettled | None = None
         self._closed = False
         self._progress = ProgressFile(StatePaths(workspace))
         self._sync = sync
@@ -283,11 +320,14 @@ class Session:
         ctx = self._context(step_id, StepKind.PYTHON, task, position, FIRST_ATTEMPT)
         try:
             result = recorded_form(self.interrupts.call(fn, ctx), step_id)
-        except Exception as exc:
+        except BaseException as exc:
             self._record_failure(exc, ctx, _NO_INPUT, _ignore)
         payload = self._step_payload(ctx, _NO_INPUT)
         payload["result"] = result
-        self._journal.write_completion(payload)
+        try:
+            self._journal.write_completion(payload)
+        except BaseException as exc:
+            self._record_failure(exc, ctx, _NO_INPUT, _ignore)
         self._progress.update(self._journal)
         self.interrupts.check()
         return result
@@ -408,6 +448,32 @@ class Session:
         if record is not None and record.status is StepStatus.COMPLETED:
             notice(StepPhase.SKIPPED, None)
             return bool(self._recorded_result(record)["approved"])
+        if record is not None and record.status is StepStatus.FAILED:
+            raise self._recorded_failure(record)
+        ctx = self._context(step_id, StepKind.APPROVE, task, position, FIRST_ATTEMPT)
+        try:
+            approved = self._decide(ctx, question, subject, record, input_hash, notice)
+        except BaseException as exc:
+            self._record_failure(exc, ctx, input_hash, notice)
+        if approved:
+            notice(StepPhase.DONE, "approved")
+        else:
+            notice(StepPhase.FAILED, "denied")
+        return approved
+
+    def _decide(
+        self,
+        ctx: StepContext,
+        question: str,
+        subject: object,
+        record: StepRecord | None,
+        input_hash: str,
+        notice: Callable[..., None],
+    ) -> bool:
+        """The decision of approval step ``ctx``, recorded: the one recorded while what it
+        approved is unchanged, else the approver's. Raises ApprovalPending when there is
+        none, after recording that the step waits."""
+        step_id, position = ctx.step_id, ctx.position
         gate = subject_hash(question, subject)
         decision = self._recorded_decision(step_id, position, gate) if record else None
         entries: list[tuple[EventType, dict[str, Any]]] = []
@@ -426,9 +492,7 @@ class Session:
                     by=getpass.getuser(),
                 )
                 entries.append((EventType.APPROVAL_DECIDED, decision))
-        base = self._step_payload(
-            self._env(step_id, StepKind.APPROVE, task, position, 1).ctx, input_hash
-        )
+        base = self._step_payload(ctx, input_hash)
         if decision is None:
             if record is None:
                 self._journal.write(
@@ -449,10 +513,6 @@ class Session:
         entries += self._to(SessionState.EXECUTING, "approval decided")
         entries.append((EventType.STEP_COMPLETED, {**base, "result": result}))
         self._journal.write(entries, steps=[step_record(StepStatus.COMPLETED, 0, base)])
-        if result["approved"]:
-            notice(StepPhase.DONE, "approved")
-        else:
-            notice(StepPhase.FAILED, "denied")
         return bool(result["approved"])
 
     # -- the engine ----------------------------------------------------------------------
@@ -471,10 +531,13 @@ class Session:
         notice = self._notice(position, step_id, action.kind, task, title)
         attempt = 1
         if record is not None:
+            if record.status is StepStatus.FAILED:
+                raise self._recorded_failure(record)
             env = self._env(step_id, action.kind, task, position, record.attempt)
-            done, value = self._revisit(action, env, record, input_hash, notice)
-            if done:
-                return value
+            recovered = self._revisit(action, env, record, input_hash, notice)
+            if recovered is not None:
+                notice(StepPhase.RECOVERED, recovered.detail)
+                return action.value(env.store, recovered.result)
             attempt = record.attempt + 1
         env = self._env(step_id, action.kind, task, position, attempt)
         return self._execute(action, env, input_hash, notice, has_row=record is not None)
@@ -486,19 +549,20 @@ class Session:
         record: StepRecord,
         input_hash: str,
         notice: Callable[..., None],
-    ) -> tuple[bool, Any]:
-        """A recorded position that did not complete: (True, its value) when it turns
-        out done, else (False, None) after it was put right for another attempt."""
-        if record.status is StepStatus.FAILED:
-            error = self._outcome_payload(record)
-            raise StepFailedError(
-                str(error.get("error")),
-                hint=f"step {record.step_id!r} failed in an earlier run of this session",
-            )
-        started = self._started_record(record)
-        if env.strategy == "prompt":
-            env = env._replace(strategy=self._ask_strategy(record))
-        recovery = action.recover(env, started)
+    ) -> Recovery | None:
+        """A recorded position that did not finish: its recovery when it turns out done
+        (and is now recorded so), else None after it was put right for another attempt.
+        A recovery that cannot decide (a step marked not retryable, a refused rollback)
+        is not the step's failure: the step stays as it was for the next resume, unless
+        the caller goes on past it (``_settle``)."""
+        try:
+            started = self._started_record(record)
+            if env.strategy == "prompt":
+                env = env._replace(strategy=self._ask_strategy(record))
+            recovery = action.recover(env, started)
+        except BaseException as exc:
+            self._unsettle(env.ctx, input_hash, exc)
+            raise
         log_event(
             StatePaths(self.workspace),
             "step_recovery",
@@ -511,19 +575,24 @@ class Session:
         )
         if recovery.action is RecoveryAction.ALREADY_DONE:
             outcome = Outcome(recovery.result, files=recovery.files)
-            self._finish(env, input_hash, outcome, has_row=True, recovered=True)
-            notice(StepPhase.RECOVERED, recovery.detail)
-            return True, action.value(env.store, recovery.result)
+            try:
+                self._finish(env, input_hash, outcome, has_row=True, recovered=True)
+            except BaseException as exc:
+                self._record_failure(exc, env.ctx, input_hash, notice, recovery.files)
+            return recovery
         if recovery.action is RecoveryAction.ROLLBACK_AND_RETRY:
             base = self._step_payload(env.ctx, input_hash)
             rolled_back = {**base, "restored": list(recovery.restored), "started": started}
-            self._journal.write(
-                [(EventType.STEP_ROLLED_BACK, rolled_back)],
-                steps=[step_record(StepStatus.ROLLED_BACK, 0, base)],
-                checkpoint=False,
-            )
+            try:
+                self._journal.write(
+                    [(EventType.STEP_ROLLED_BACK, rolled_back)],
+                    steps=[step_record(StepStatus.ROLLED_BACK, 0, base)],
+                    checkpoint=False,
+                )
+            except BaseException as exc:
+                self._record_failure(exc, env.ctx, input_hash, notice)
             notice(StepPhase.ROLLED_BACK, recovery.detail)
-        return False, None
+        return None
 
     def _ask_strategy(self, record: StepRecord) -> InProgressStrategy:
         """Strategy "prompt": the person decides; with no one to ask, roll back (the
@@ -545,24 +614,26 @@ class Session:
         has_row: bool,
     ) -> Any:
         prepared = _NOTHING_PREPARED
-        if action.durable_start:
-            has_row = True
-            prepared = action.prepare(env)
-            base = self._step_payload(env.ctx, input_hash)
-            self._journal.write(
-                [(EventType.STEP_STARTED, {**base, **prepared.record})],
-                steps=[step_record(StepStatus.IN_PROGRESS, 0, base)],
-                blobs=prepared.blobs,
-                checkpoint=False,
-            )
-        notice(StepPhase.STARTED, None)
         try:
+            if action.durable_start:
+                has_row = True
+                prepared = action.prepare(env)
+                base = self._step_payload(env.ctx, input_hash)
+                self._journal.write(
+                    [(EventType.STEP_STARTED, {**base, **prepared.record})],
+                    steps=[step_record(StepStatus.IN_PROGRESS, 0, base)],
+                    blobs=prepared.blobs,
+                    checkpoint=False,
+                )
+            notice(StepPhase.STARTED, None)
             with self.interrupts.interruptible():
                 outcome = action.execute(env, prepared)
-        except Exception as exc:
-            # A pause or Ctrl+C (not Exceptions) leaves the step unfinished, resumable.
+        except BaseException as exc:
             self._record_failure(exc, env.ctx, input_hash, notice)
-        self._finish(env, input_hash, outcome, has_row=has_row)
+        try:
+            self._finish(env, input_hash, outcome, has_row=has_row)
+        except BaseException as exc:
+            self._record_failure(exc, env.ctx, input_hash, notice, outcome.files)
         self._progress.update(self._journal)
         notice(StepPhase.DONE, None, timed=True)
         self.interrupts.check()
@@ -570,30 +641,75 @@ class Session:
 
     def _record_failure(
         self,
-        exc: Exception,
+        exc: BaseException,
         ctx: StepContext,
         input_hash: str,
         notice: Callable[..., None],
+        files: Sequence[FileRow] = (),
     ) -> NoReturn:
-        """Record the step ``ctx`` as failed by ``exc`` and raise its StepFailedError;
-        called in the handler of ``exc``."""
-        if isinstance(exc, ModelError):
-            # An unavailable model is not the step's fault: the step stays unfinished and
-            # the session resumable, and resume sends the request again.
+        """Called in the handler of ``exc``, raised by step ``ctx`` before its outcome
+        was recorded: record the step as failed and raise its StepFailedError. What is
+        not the step's own failure (``_step_failure``), and a failure that cannot be
+        recorded, leave the step unsettled and are raised as they are. ``files``: the
+        workspace files as the step left them, when it ran to its end."""
+        failure = _step_failure(exc, ctx.step_id)
+        if failure is None:
+            self._unsettle(ctx, input_hash, exc, files)
             raise exc
-        if isinstance(exc, StepFailedError):
-            failure = exc
-        elif isinstance(exc, UsageError):
-            # A path outside the workspace, say: running it again can never succeed, so
-            # the step fails rather than leave a session that every resume stops at.
-            failure = StepFailedError(exc.message, hint=exc.hint)
-        else:
-            failure = StepFailedError(f"step {ctx.step_id!r} raised {type(exc).__name__}: {exc}")
-        self._fail(ctx, input_hash, failure)
+        try:
+            self._fail(ctx, input_hash, failure.message, files)
+        except BaseException as unrecorded:
+            # The caller gets the error of the write, which a replay raises again.
+            self._unsettle(ctx, input_hash, unrecorded, files)
+            raise
         notice(StepPhase.FAILED, failure.message)
         if failure is exc:
             raise failure
         raise failure from exc
+
+    def _unsettle(
+        self,
+        ctx: StepContext,
+        input_hash: str,
+        exc: BaseException,
+        files: Sequence[FileRow] = (),
+    ) -> None:
+        """Note that step ``ctx`` ended by ``exc`` with no outcome recorded. Nothing is
+        written now: an interrupted run, an unavailable model or database leave the step
+        for resume to finish. A caller that goes on past it has it recorded as failed
+        first (``_settle``), so that every position a call took has its outcome in the
+        history, in order, and a replay raises where the first run raised."""
+        if ctx.position + 1 < self._recorded_until:
+            # Later positions were recorded (by an acode before every failure was): an
+            # outcome written now would come after theirs. It stays as it was.
+            return
+        self._unsettled = _Unsettled(ctx, input_hash, _error_text(exc), tuple(files))
+
+    def _settle(self) -> None:
+        """Record the unsettled step as failed, now that the caller has gone on."""
+        unsettled = self._unsettled
+        assert unsettled is not None
+        ctx = unsettled.ctx
+        entries = []
+        if self._journal.summary is not None and self._journal.summary.pending_approval == (
+            ctx.step_id
+        ):
+            entries = self._to(SessionState.EXECUTING, f"step {ctx.step_id} went unanswered")
+        # The error the caller saw, which a replay raises again.
+        self._fail(ctx, unsettled.input_hash, unsettled.error, unsettled.files, entries)
+        self._unsettled = None
+        self._notice(ctx.position, ctx.step_id, StepKind(ctx.kind), ctx.task_id, None)(
+            StepPhase.FAILED, f"{unsettled.error} (the session went on without this step)"
+        )
+
+    def _recorded_failure(self, record: StepRecord) -> StepFailedError:
+        """The error of a step recorded as failed, raised again where the first run
+        raised it."""
+        error = self._outcome_payload(record)
+        return StepFailedError(
+            str(error.get("error")),
+            hint=f"step {record.step_id!r} failed in an earlier run of this session",
+        )
 
     def _check_id(self, step_id: str) -> None:
         """Refuse an id that is not one, or that the session used before."""
@@ -612,7 +728,10 @@ class Session:
             )
 
     def _advance(self, step_id: str) -> int:
-        """Give ``step_id`` the next position, and return it."""
+        """Give ``step_id`` the next position, and return it; a step left unsettled
+        before it is recorded as failed first."""
+        if self._unsettled is not None:
+            self._settle()
         self._seen_ids.add(step_id)
         position = self._position
         self._position = position + 1
@@ -711,11 +830,19 @@ class Session:
         if outcome.messages and self._history is not None:
             self._history.extend(content for _, content in outcome.messages)
 
-    def _fail(self, ctx: StepContext, input_hash: str, error: StepFailedError) -> None:
+    def _fail(
+        self,
+        ctx: StepContext,
+        input_hash: str,
+        error: str,
+        files: Sequence[FileRow] = (),
+        entries: Sequence[tuple[EventType, dict[str, Any]]] = (),
+    ) -> None:
         base = self._step_payload(ctx, input_hash)
         self._journal.write(
-            [(EventType.STEP_FAILED, {**base, "error": error.message})],
+            [*entries, (EventType.STEP_FAILED, {**base, "error": error})],
             steps=[step_record(StepStatus.FAILED, 0, base)],
+            files=files,
         )
 
     def _recorded(self, position: int) -> StepRecord | None:
@@ -866,6 +993,8 @@ class Session:
         ]
 
     def _transition(self, target: SessionState, reason: str) -> None:
+        if self._unsettled is not None and is_terminal(target):
+            self._settle()  # the session ends without it: its outcome is known now
         entries = self._to(target, reason)
         if entries:
             self._journal.write(entries)

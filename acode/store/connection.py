@@ -40,11 +40,14 @@ def connect(path: Path, durability: Durability = "full") -> sqlite3.Connection:
 @contextmanager
 def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One write transaction. ``BEGIN IMMEDIATE`` takes the write lock up front so a
-    transaction never fails half-way on a lock upgrade."""
+    transaction never fails half-way on a lock upgrade. A COMMIT that fails (a full
+    disk, an I/O error) can leave the transaction open: it is rolled back, so that the
+    connection writes again once the cause is gone."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")

@@ -301,24 +301,26 @@ class SqliteStore:
         created_at: int,
         first: Commit,
     ) -> SessionRow:
-        with atomic(self.conn) as conn:
-            cur = conn.execute(
-                INSERT_SESSION,
-                (
-                    session_id,
-                    title,
-                    first.state,
-                    workspace,
-                    parent_id,
-                    kind,
-                    config_json,
-                    config_hash,
-                    created_at,
-                    created_at,
-                ),
-            )
-            sid = int(cur.lastrowid or 0)
-            _run(conn, _statements(sid, first))
+        try:
+            with atomic(self.conn) as conn:
+                cur = conn.execute(
+                    INSERT_SESSION,
+                    (
+                        session_id,
+                        title,
+                        first.state,
+                        workspace,
+                        parent_id,
+                        kind,
+                        config_json,
+                        config_hash,
+                        created_at,
+                        created_at,
+                    ),
+                )
+                _run(conn, _statements(int(cur.lastrowid or 0), first))
+        except sqlite3.Error as exc:
+            raise self._write_error(exc) from exc
         return self.session(session_id)
 
     def session(self, session_id: str) -> SessionRow:
@@ -371,27 +373,35 @@ class SqliteStore:
     # -- the write path -----------------------------------------------------------
 
     def commit(self, sid: int, commit: Commit) -> None:
-        """Write one Commit in one transaction (the step path: no context manager)."""
-        conn = self.conn
+        """Write one Commit in one transaction, or nothing: StorageError when the
+        database cannot take it."""
         statements = _statements(sid, commit)
-        if len(statements) == 1:
-            # One statement is a transaction of its own, as atomic and as durable, and
-            # waits for the write lock the same way: BEGIN and COMMIT would only cost two
-            # more statements at most steps, whose completion is a single row.
-            _run(conn, statements)
-            return
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            _run(conn, statements)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            if len(statements) == 1:
+                # One statement is a transaction of its own, as atomic and as durable, and
+                # waits for the write lock the same way: BEGIN and COMMIT would only cost
+                # two more statements at most steps, whose completion is a single row.
+                _run(self.conn, statements)
+                return
+            with atomic(self.conn) as conn:
+                _run(conn, statements)
+        except sqlite3.Error as exc:
+            raise self._write_error(exc) from exc
 
     def append_event(self, row: tuple[Any, ...]) -> None:
         """Write one event row (``event_row``) with nothing else: a step's completion most
         of the time. One statement is a transaction of its own (see ``commit``)."""
-        self.conn.execute(INSERT_EVENT, row)
+        try:
+            self.conn.execute(INSERT_EVENT, row)
+        except sqlite3.Error as exc:
+            raise self._write_error(exc) from exc
+
+    def _write_error(self, exc: sqlite3.Error) -> StorageError:
+        return StorageError(
+            f"cannot write to the acode database {self.path}: {exc}",
+            hint="nothing of this write was kept; free disk space or fix the file's "
+            "permissions, then continue with `acode resume`",
+        )
 
     # -- reads ----------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ its documented exit status, names what is wrong, and leaves no traceback."""
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from pathlib import Path
 
@@ -235,12 +236,17 @@ def test_a_write_that_resolves_outside_is_refused(
     (acode.workspace / "file-link").symlink_to(outside / "target.txt")
     acode.write("plan.yml", plan_yaml("Sneaky", f'{{id: w, write: {target}, content: "pwned"}}'))
 
-    result = acode("run", "plan.yml", expect=2)
+    # The plan is valid; the workspace is what refuses the step: it fails, recorded.
+    result = acode("run", "plan.yml", expect=1)
 
     assert f"path '{target}'" in result.flat_err
     assert message in result.flat_err
     assert list(outside.iterdir()) == []
     assert session_count(acode.workspace) == 1  # the database is intact
+    listed = json.loads(acode("session", "list", "--all", "--json").out)
+    shown = json.loads(acode("session", "show", listed[0]["id"], "--json").out)
+    assert shown["state"] == "FAILED"
+    assert [s["status"] for s in shown["steps"]] == ["failed"]
 
 
 @pytest.mark.parametrize(

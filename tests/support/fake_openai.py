@@ -179,6 +179,11 @@ class FakeOpenAI(Lifecycle):
         with self._lock:
             self._script.extend(replies)
 
+    def unscript(self) -> None:
+        """Forget the queued replies no request has taken yet."""
+        with self._lock:
+            self._script.clear()
+
     def converse(self, rules: Iterable[dict[str, Any]]) -> None:
         """Answer by the conversation (see the module's docstring)."""
         checked = list(rules)

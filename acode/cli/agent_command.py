@@ -31,7 +31,6 @@ AGENT_FLAGS: Mapping[str, str] = {
 }
 
 _TITLE_LENGTH = 72
-_MODEL_CHECK_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,7 @@ def task_title(task: str) -> str:
 
 
 def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
+    from acode.cli.views import MODEL_BUSY
     from acode.resume.environment import check_model
     from acode.runtime.interrupts import Interrupts
     from acode.runtime.lifecycle import open_session
@@ -61,7 +61,7 @@ def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
             raise ConfigError(
                 exc.message, hint=f"give {AGENT_FLAGS[dotted]} a valid value"
             ) from exc
-    model = check_model(config, _MODEL_CHECK_SECONDS)
+    model = check_model(config)
     if model.problem is not None:
         raise EnvironmentValidationError(
             f"cannot start: {model.problem}",
@@ -81,13 +81,24 @@ def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
             interrupts=interrupts,
         )
         if req.as_json:
-            emit_json({"event": "started", "id": session.id, "task": req.task, "model": model.name})
+            emit_json(
+                {
+                    "event": "started",
+                    "id": session.id,
+                    "task": req.task,
+                    "model": model.name,
+                    "model_busy": model.busy,
+                }
+            )
         else:
-            out_console().print(
+            console = out_console()
+            console.print(
                 f"Session {session.short_id} started: {session.title} (model {model.name} at "
                 f"{model.base_url})",
                 markup=False,
             )
+            if model.busy:
+                console.print(f"  Model {model.name} busy ({MODEL_BUSY})", markup=False)
         return drive(session, agent_body(req.task, req.as_json), as_json=req.as_json)
 
 

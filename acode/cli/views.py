@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from acode.sync.status import SyncStatus
 
 __all__ = [
+    "MODEL_BUSY",
     "event_json",
     "print_history",
     "print_preview",
@@ -26,6 +27,10 @@ __all__ = [
     "session_json",
     "usage_line",
 ]
+
+
+# What a model server that took the connection but did not answer in time is doing.
+MODEL_BUSY = "its server is still answering an earlier request; acode waits"
 
 
 def _now_us() -> int:
@@ -247,7 +252,7 @@ def environment_lines(preview: ResumePreview) -> list[str]:
         ok = env.model.problem is None
         state = "available" if ok else f"unavailable: {env.model.problem}"
         if env.model.busy:
-            state = "busy (its server is still answering an earlier request; acode waits)"
+            state = f"busy ({MODEL_BUSY})"
         lines.append(f"  {mark[ok]} Model {env.model.name} {state}")
     lines.append(
         f"  {mark[not env.config]} Configuration "
@@ -308,7 +313,10 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
         lines += _agent_lines(preview)
         left = f" ({remaining} remaining)" if remaining else ""
         lines.append(f"  Starting from: {_where(preview)}{left}")
-        if preview.environment is not None and not preview.environment.valid:
+        env = preview.environment
+        # A busy model server stops nothing, but the resume waits in its queue: say why.
+        busy = env is not None and env.model is not None and env.model.busy
+        if env is not None and (not env.valid or busy):
             lines += environment_lines(preview)
     console = out_console()
     for line in lines:

@@ -170,9 +170,16 @@ def config_changes(recorded: AcodeConfig, current: AcodeConfig) -> list[ConfigCh
     ]
 
 
-def check_model(config: AcodeConfig, timeout: float) -> ModelCheck:
+# The longest the availability check waits for the server's list of models.
+MODEL_CHECK_CAP_SECONDS = 5.0
+
+
+def check_model(config: AcodeConfig) -> ModelCheck:
+    """Whether the configured model answers, within resume.validation_timeout_seconds
+    and at most MODEL_CHECK_CAP_SECONDS: a server that stays silent is busy."""
     from acode.runtime.model_client import list_models
 
+    timeout = min(config.resume.validation_timeout_seconds, MODEL_CHECK_CAP_SECONDS)
     settings = config.model
     try:
         names = list_models(settings, timeout=timeout)

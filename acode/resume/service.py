@@ -227,7 +227,7 @@ def _environment(
     )
     model = None
     if _needs_model(store, preview):
-        model = check_model(config, min(config.resume.validation_timeout_seconds, 5.0))
+        model = check_model(config)
     return EnvironmentReport(
         workspace=str(ws.root),
         workspace_exists=exists,

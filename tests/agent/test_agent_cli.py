@@ -12,6 +12,8 @@ import pytest
 
 from tests.agent.scenario import TASK, VALIDATE_PY, expected_login, rules, start_repository
 from tests.cli.conftest import Background, Cli, wait_for
+from tests.support.busy_model import MODEL as BUSY_MODEL
+from tests.support.busy_model import BusyModelServer
 from tests.support.fake_openai import FakeOpenAI
 
 
@@ -86,6 +88,33 @@ def test_a_missing_model_or_server_is_refused_before_anything_runs(
     assert "model.base_url" in down.flat_err
     assert not agent_cli.sessions()
     assert fake.chat_requests == []
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_run_that_finds_the_model_busy_says_so_and_goes_on(agent_cli: Cli, as_json: bool) -> None:
+    with BusyModelServer() as server:
+        agent_cli.write(
+            ".agent/config.yml",
+            f"model:\n  base_url: {server.base_url}\n  name: {BUSY_MODEL}\n"
+            "resume:\n  validation_timeout_seconds: 0.5\nagent:\n  plan_attempts: 1\n",
+        )
+        server.busy()
+        running = agent_cli.start("run", TASK, *(["--json"] if as_json else []))
+        wait_for(
+            "the run's first model request",
+            lambda: "POST /v1/chat/completions" in server.seen or running.proc.poll() is not None,
+            timeout=20,
+        )
+        server.earlier_request_done()
+        # The request waited in the server's queue; its answer is no plan: a failed run.
+        result = agent_cli.finish(running, expect=1)
+    assert server.seen == ["GET /v1/models", "POST /v1/chat/completions"]
+    if as_json:
+        started = result.json_lines()[0]
+        assert (started["event"], started["model_busy"]) == ("started", True)
+    else:
+        busy = f"  Model {BUSY_MODEL} busy (its server is still answering an earlier request; "
+        assert busy + "acode waits)" in result.out.splitlines(), result.describe()
 
 
 def test_bad_arguments_name_what_to_fix(agent_cli: Cli, fake: FakeOpenAI) -> None:

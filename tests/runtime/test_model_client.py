@@ -247,7 +247,7 @@ def test_a_slow_server_times_out(fake: FakeOpenAI) -> None:
 def test_a_silent_server_is_busy_not_gone() -> None:
     import socket
 
-    from acode.domain.config import AcodeConfig
+    from acode.domain.config import AcodeConfig, ResumeSettings
     from acode.errors import ModelBusyError
     from acode.resume.environment import check_model
 
@@ -257,7 +257,8 @@ def test_a_silent_server_is_busy_not_gone() -> None:
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
         with pytest.raises(ModelBusyError):
             list_models(ModelSettings(base_url=url), timeout=0.3)
-        check = check_model(AcodeConfig(model=ModelSettings(base_url=url)), 0.3)
+        quick = ResumeSettings(validation_timeout_seconds=0.3)
+        check = check_model(AcodeConfig(model=ModelSettings(base_url=url), resume=quick))
     assert check.busy
     assert check.problem is None
 

@@ -270,20 +270,16 @@ def _started_lines(started: Started, verb: str) -> list[str]:
         }[how]
         if how == "resume_failed":
             lines.append(f"[WORK] {label}: {turn.detail}")
-        else:
+        elif turn.ok:
             lines.append(f"[WORK] {label}: {turn.session_id or '(the engine keeps no id)'}")
-            if not turn.ok:
-                lines.append(f"[WORK] The engine failed: {turn.detail}")
+        else:  # the error that follows says why
+            lines.append(f"[WORK] {label}: none, the engine failed")
         if turn.text:
             lines += ["", *turn.text.splitlines()[-20:], ""]
     if not started.turns:
         lines.append("[WORK] Hands-off mode: run your engine with this prompt, then record")
         lines.append(f"       breadcrumbs with --cookie {w.id}.")
     return lines
-
-
-def _exit_of(started: Started) -> int:
-    return 0 if not started.turns or started.turns[-1][1].ok else 1
 
 
 @work_app.command("task")
@@ -298,11 +294,11 @@ def work_task(
     from acode.work.sessions import start_work
 
     ws = _ws(workspace)
-    started = start_work(ws, task_id, _engine(ws, engine), _runner(ws))
+    started = start_work(ws, task_id, _engine(ws, engine, "task"), _runner(ws))
     _show_started(started, "Starting", as_json, start_prompt)
 
 
-def _engine(ws: Workspace, engine: str | None) -> str:
+def _engine(ws: Workspace, engine: str | None, command: str) -> str:
     from acode.domain.config import ENGINE_NAMES
     from acode.errors import UsageError
 
@@ -310,12 +306,14 @@ def _engine(ws: Workspace, engine: str | None) -> str:
     if chosen not in ENGINE_NAMES:
         raise UsageError(
             f"--engine {chosen}: unknown engine; the engines are {', '.join(ENGINE_NAMES)}",
-            hint="configure each in .agent/config.yml under engines: (docs/work-sessions.md)",
+            hint=f"choose one of them; what each needs: acode work {command} --help",
         )
     return chosen
 
 
 def _show_started(started: Started, verb: str, as_json: bool, prompt: Any) -> None:
+    """Print what the command did; an engine whose last turn failed is an error, after
+    its output (the work session stays, for `acode work resume`)."""
     if as_json:
         data = _started_json(started)
         if not started.turns:
@@ -326,7 +324,14 @@ def _show_started(started: Started, verb: str, as_json: bool, prompt: Any) -> No
         if not started.turns:
             lines += ["", prompt(started.task, started.wsession)]
         _say(lines)
-    raise typer.Exit(_exit_of(started))
+    if started.turns and not started.turns[-1][1].ok:
+        from acode.errors import StepFailedError
+
+        w = started.wsession
+        raise StepFailedError(
+            f"the engine failed: {started.turns[-1][1].detail}; work session {w.id} is kept",
+            hint=f"retry once the cause is fixed: acode work resume {w.id}",
+        )
 
 
 @work_app.command("spawn")
@@ -343,7 +348,7 @@ def work_spawn(
     from acode.work.sessions import spawn_work
 
     ws = _ws(workspace)
-    started = spawn_work(ws, from_task, title, engine and _engine(ws, engine), _runner(ws))
+    started = spawn_work(ws, from_task, title, engine and _engine(ws, engine, "spawn"), _runner(ws))
     if not as_json:
         _say(
             [f"[WORK] Spawning subtask from {from_task}", f"[WORK] Created task: {started.task.id}"]

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acode.errors import EnvironmentValidationError, UsageError
+from acode.errors import ConfigError, EnvironmentValidationError, UsageError
 from acode.work.engine_output import (
     EngineTurn,
     parse_aider,
@@ -54,6 +54,7 @@ __all__ = [
     "ENGINE_NAMES",
     "EngineSettings",
     "EngineTurn",
+    "check_settings",
     "resume_turn",
     "start_turn",
 ]
@@ -196,6 +197,15 @@ def resume_turn(
     return _turn(engine, settings, spec, argv, cwd, asked=session_id, extra_env=extra_env)
 
 
+def check_settings(engine: str, settings: EngineSettings) -> None:
+    """Refuse what no turn of ``engine`` could run with: an unknown engine, a ``command``
+    template that is no command line. A missing executable is found by the turn, like
+    any other reason it cannot start."""
+    _check_name(engine)
+    if engine == "command":
+        _command_words(settings)
+
+
 # -- running -----------------------------------------------------------------------------------
 
 
@@ -273,28 +283,32 @@ def _command_turn(
     session_id: str,
     extra_env: Mapping[str, str] | None,
 ) -> EngineTurn:
-    try:
-        words = shlex.split(settings.command)
-    except ValueError as exc:
-        raise EnvironmentValidationError(
-            f"engines.command.command is not a valid command line: {exc}",
-            hint="quote it as a shell would, e.g. 'my-agent --ask {prompt}'",
-        ) from exc
-    if not words:
-        raise EnvironmentValidationError(
-            "engines.command.command is empty",
-            hint="set engines.command.command in .agent/config.yml, e.g. 'my-agent --ask {prompt}'",
-        )
     # Placeholders are filled in per word after splitting, so a prompt stays one argument
     # whatever it contains: no shell ever sees it.
     values = {"prompt": prompt, "session_id": given_id, "cwd": str(cwd)}
-    argv = [_substitute(word, values) for word in words]
+    argv = [_substitute(word, values) for word in _command_words(settings)]
     argv[0] = _executable("command", argv[0], "a program on PATH, or a path to one")
     outcome = _run([*argv, *settings.args], cwd, _environment(extra_env), settings.timeout_seconds)
     if isinstance(outcome, str):
         return EngineTurn(None, False, False, f"command: {outcome}", f"command {outcome}")
     stdout, stderr, returncode = outcome
     return parse_command(stdout, stderr, returncode, session_id=session_id)
+
+
+def _command_words(settings: EngineSettings) -> list[str]:
+    try:
+        words = shlex.split(settings.command)
+    except ValueError as exc:
+        raise ConfigError(
+            f"engines.command.command is not a valid command line: {exc}",
+            hint="quote it in .agent/config.yml as a shell would, e.g. 'my-agent --ask {prompt}'",
+        ) from exc
+    if not words:
+        raise ConfigError(
+            "engines.command.command is empty",
+            hint="set engines.command.command in .agent/config.yml, e.g. 'my-agent --ask {prompt}'",
+        )
+    return words
 
 
 def _executable(engine: str, command: str, install: str) -> str:
@@ -312,24 +326,27 @@ def _run(
     argv: list[str], cwd: Path, env: dict[str, str], timeout: float
 ) -> tuple[str, str, int] | str:
     """Run one engine process in its own process group: (stdout, stderr, exit status),
-    or why it did not finish."""
+    or why it did not start or finish."""
     import subprocess
 
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        start_new_session=True,  # one killpg reaches the engine's own children too
-        # The hook is one pre-resolved prctl call with no Python lock to take, the case
-        # where a preexec_fn in a threaded process is safe.
-        preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
-    )
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,  # one killpg reaches the engine's own children too
+            # The hook is one pre-resolved prctl call with no Python lock to take, the case
+            # where a preexec_fn in a threaded process is safe.
+            preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
+        )
+    except OSError as exc:  # exec refused it (no #! line, another CPU), or cwd is gone
+        return f"could not be started: {exc.strerror} ({exc.filename or argv[0]})"
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

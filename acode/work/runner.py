@@ -12,10 +12,10 @@ from pathlib import Path
 
 from acode.domain.config import EngineConfig
 from acode.domain.work import WorkSession
-from acode.errors import UsageError
+from acode.errors import ConfigError
 from acode.runtime.lifecycle import Workspace
 from acode.work.engine_output import EngineTurn
-from acode.work.engines import EngineSettings, resume_turn, start_turn
+from acode.work.engines import EngineSettings, check_settings, resume_turn, start_turn
 from acode.work.sessions import COOKIE_ENV, TurnRunner
 
 __all__ = ["ACODE_COMMAND", "turn_runner"]
@@ -26,7 +26,23 @@ _AGENT_TIMEOUT_SECONDS = 3600.0
 
 
 def turn_runner(ws: Workspace) -> TurnRunner:
-    def run(engine: str, prompt: str, resume: str | None, wsession: WorkSession) -> EngineTurn:
+    return _Runner(ws)
+
+
+class _Runner:
+    """The engines as the workspace's .agent/config.yml sets them up."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self._ws = ws
+
+    def check(self, engine: str) -> None:
+        if engine != "agent":  # acode's own loop needs no engines.agent entry
+            check_settings(engine, _settings(self._ws, engine))
+
+    def __call__(
+        self, engine: str, prompt: str, resume: str | None, wsession: WorkSession
+    ) -> EngineTurn:
+        ws = self._ws
         env = _engine_env(wsession)
         if engine == "agent":
             return _agent_turn(ws, prompt, resume, env)
@@ -54,15 +70,16 @@ def turn_runner(ws: Workspace) -> TurnRunner:
             extra_env=env,
         )
 
-    return run
-
 
 def _settings(ws: Workspace, engine: str) -> EngineSettings:
+    # Only `command` can be missing: the others have defaults (domain.config.DEFAULT_ENGINES).
     config: EngineConfig | None = ws.config.engines.get(engine)
     if config is None:
-        raise UsageError(
-            f"engine {engine!r} has no command configured",
-            hint=f"set engines.{engine}.command in .agent/config.yml (docs/work-sessions.md)",
+        raise ConfigError(
+            f"engines.{engine}.command is not set: acode has no command to run the "
+            f"{engine} engine with",
+            hint=f"set it in .agent/config.yml, e.g. engines: {{{engine}: "
+            '{command: "my-agent --session {session_id} --prompt {prompt}"}}',
         )
     return EngineSettings(config.command, config.args, config.timeout_seconds)
 

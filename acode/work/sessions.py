@@ -13,10 +13,12 @@ the commit and the write.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+import shlex
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from acode.domain.states import SessionState
 from acode.domain.work import (
@@ -30,6 +32,7 @@ from acode.domain.work import (
     parse_breadcrumb,
 )
 from acode.errors import (
+    AcodeError,
     CookieError,
     ErrorCode,
     SessionNotFoundError,
@@ -75,10 +78,19 @@ _KIND = "work"
 _TEXT_KEPT = 2000
 
 
-# Runs one engine turn: (engine name, prompt, the engine session to resume or None for a
-# new one, the work session) -> what the engine did. The CLI passes the real one
-# (work.runner); tests may pass another that speaks to a real engine differently.
-TurnRunner = Callable[[str, str, "str | None", WorkSession], "EngineTurn"]
+class TurnRunner(Protocol):
+    """Runs the engines' turns. The CLI passes the real one (work.runner); tests may pass
+    another that speaks to a real engine differently."""
+
+    def check(self, engine: str) -> None:
+        """Raise a UsageError if ``engine`` cannot run as configured (no command, one no
+        shell could read): asked before a command writes anything."""
+
+    def __call__(
+        self, engine: str, prompt: str, resume: str | None, wsession: WorkSession
+    ) -> EngineTurn:
+        """What the engine did with ``prompt``: in its session ``resume``, or a new one
+        when None."""
 
 
 @dataclass(frozen=True)
@@ -233,25 +245,65 @@ def _refresh(ws: Workspace, session_id: str) -> WorkSession:
     return wsession
 
 
+# -- engine turns --------------------------------------------------------------------------
+
+
+@contextmanager
+def _explained(outcome: str, *, then: str) -> Iterator[None]:
+    """An error raised inside says what became of the work and ends its hint with the
+    command to run once its cause is fixed."""
+    try:
+        yield
+    except AcodeError as exc:
+        hint = f"{exc.hint}, then: {then}" if exc.hint else then
+        raise type(exc)(f"{exc.message}; {outcome}", hint=hint, code=exc.code) from exc
+
+
+def _check_engine(run_turn: TurnRunner | None, engine: str, *, again: str) -> None:
+    """Refuse an engine that cannot run as configured before anything is written, so
+    that ``again`` finds nothing half made. Hands-off mode runs no engine."""
+    if run_turn is not None:
+        with _explained("nothing was written", then=again):
+            run_turn.check(engine)
+
+
+def _turn(
+    run_turn: TurnRunner, prompt: str, resume: str | None, wsession: WorkSession
+) -> EngineTurn:
+    """One engine turn. An engine that cannot be started (not installed) leaves the work
+    session as it was: `acode work resume` starts it again."""
+    with _explained(f"work session {wsession.id} is kept", then=f"acode work resume {wsession.id}"):
+        return run_turn(wsession.engine, prompt, resume, wsession)
+
+
 # -- starting ----------------------------------------------------------------------------
 
 
-def start_work(
-    ws: Workspace,
-    task_id: str,
-    engine: str,
-    run_turn: TurnRunner | None,
-    *,
-    parent: WorkSession | None = None,
-) -> Started:
+def start_work(ws: Workspace, task_id: str, engine: str, run_turn: TurnRunner | None) -> Started:
     """Open a work session on ``task_id`` and, unless ``run_turn`` is None (hands-off
     mode: the person runs the engine), run the engine's first turn."""
+    task = _startable(ws, task_id)
+    _check_engine(run_turn, engine, again=f"acode work task {task.id} --engine {engine}")
+    return _start(ws, task, engine, run_turn)
+
+
+def _startable(ws: Workspace, task_id: str) -> Task:
     task = find_task(ws, task_id)
     if task.status is TaskStatus.DONE:
         raise UsageError(
             f"{task.id} is done",
             hint=f'reopen it by editing {task.id}.json, or add a new task: acode task add "..."',
         )
+    return task
+
+
+def _start(
+    ws: Workspace,
+    task: Task,
+    engine: str,
+    run_turn: TurnRunner | None,
+    parent: WorkSession | None = None,
+) -> Started:
     task = set_task_status(ws, task.id, TaskStatus.IN_PROGRESS)
     session = open_session(
         f"{task.id}: {task.title}",
@@ -277,7 +329,7 @@ def start_work(
         _refresh(ws, parent.id)
     if run_turn is None:
         return Started(wsession, task)
-    turn = run_turn(engine, start_prompt(task, wsession), None, wsession)
+    turn = _turn(run_turn, start_prompt(task, wsession), None, wsession)
     wsession = _record_turn(ws, wsession.id, "new", turn)
     return Started(wsession, task, (("new", turn),))
 
@@ -312,6 +364,12 @@ def spawn_work(
     """A subtask of ``from_task`` with its own task file, work session and engine
     session, linked to the parent's active work session."""
     parent = _active_for_task(ws, from_task)
+    again = f"acode work spawn --from-task {from_task} --title {shlex.quote(title)}"
+    _check_engine(
+        run_turn,
+        engine or parent.engine,
+        again=f"{again} --engine {engine}" if engine else again,
+    )
     with held(ws, f"spawn-{parent.id}"):
         # A spawn killed after its task was made but before its work session: that task
         # is used again rather than doubled.
@@ -325,7 +383,7 @@ def spawn_work(
             None,
         )
         task = leftover or add_task(ws, title, parent_task=from_task)
-        return start_work(ws, task.id, engine or parent.engine, run_turn, parent=parent)
+        return _start(ws, _startable(ws, task.id), engine or parent.engine, run_turn, parent)
 
 
 def _active_for_task(ws: Workspace, task_id: str) -> WorkSession:
@@ -353,6 +411,7 @@ def resume_work(ws: Workspace, id_or_prefix: str, run_turn: TurnRunner | None) -
             hint=f"start a new one on the task: acode work task {wsession.task_id}",
             code=ErrorCode.WORK_CLOSED,
         )
+    _check_engine(run_turn, wsession.engine, again=f"acode work resume {wsession.id}")
     _deliver_summaries(ws, wsession)
     wsession = _refresh(ws, wsession.id)
     task = find_task(ws, wsession.task_id)
@@ -362,13 +421,13 @@ def resume_work(ws: Workspace, id_or_prefix: str, run_turn: TurnRunner | None) -
     # Aider keeps no id: its conversation is the work session's history file ("").
     known = wsession.ai_session_id or ("" if wsession.engine == "aider" else None)
     if known is not None:
-        turn = run_turn(wsession.engine, resume_prompt(task, wsession), known, wsession)
+        turn = _turn(run_turn, resume_prompt(task, wsession), known, wsession)
         how = "resumed" if turn.ok else "resume_failed"
         wsession = _record_turn(ws, wsession.id, how, turn)
         turns.append((how, turn))
         if turn.ok or not turn.forgotten:
             return Started(wsession, task, tuple(turns))
-    turn = run_turn(wsession.engine, rebuilt_prompt(task, wsession), None, wsession)
+    turn = _turn(run_turn, rebuilt_prompt(task, wsession), None, wsession)
     wsession = _record_turn(ws, wsession.id, "rebuilt", turn)
     turns.append(("rebuilt", turn))
     return Started(wsession, task, tuple(turns))

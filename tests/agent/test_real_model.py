@@ -19,11 +19,13 @@ speed); ACODE_CRASH_CASES scales it: one case of 2-3 kills per 10 cases, at leas
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -35,7 +37,7 @@ import pytest
 from tests.cli.conftest import ACODE, make_env
 from tests.crash.harness import CASES, SEED
 from tests.support.llama_server import LlamaServer, unavailable_reason
-from tests.support.logging_proxy import LoggingProxy
+from tests.support.logging_proxy import LoggingProxy, canonical_sha256
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(1800)]
 
@@ -79,13 +81,16 @@ _POLL = 0.05
 @dataclass(frozen=True)
 class Kill:
     """SIGKILL ``delay`` seconds after the process starts (``after_answers`` 0) or after
-    the proxy has relayed ``after_answers`` more chat answers to it."""
+    the proxy has relayed ``after_answers`` more chat answers to it, or ``after`` is set."""
 
     after_answers: int
     delay: float
+    after: threading.Event | None = None
 
     def describe(self) -> str:
         anchor = "start" if self.after_answers == 0 else f"chat answer +{self.after_answers}"
+        if self.after is not None:
+            anchor = "the failing tool call's answer"
         return f"{self.delay:.2f} s after {anchor}"
 
 
@@ -212,7 +217,13 @@ class Runner:
 
     def _kill_on_schedule(self, proc: subprocess.Popen[bytes], kill: Kill, before: int) -> None:
         deadline = time.monotonic() + INVOCATION_TIMEOUT
-        while kill.after_answers and self._chat_answers() < before + kill.after_answers:
+
+        def waiting() -> bool:
+            if kill.after is not None:
+                return not kill.after.is_set()
+            return bool(kill.after_answers) and self._chat_answers() < before + kill.after_answers
+
+        while waiting():
             if proc.poll() is not None or time.monotonic() > deadline:
                 return
             time.sleep(_POLL)
@@ -365,3 +376,95 @@ def _story(case: int, invocations: Sequence[Invocation]) -> str:
     lines = [f"case {case}, ACODE_CRASH_SEED={SEED}"]
     lines += [f"  {i}. {inv.describe()}" for i, inv in enumerate(invocations)]
     return "\n".join(lines)
+
+
+MISSING = "src/missing.py"
+EDIT_FAILED = f"error: cannot edit {MISSING}: no such file"
+
+
+class FailingEdit:
+    """The proxy's script: the model's answer to the first request of a task turn (the
+    tools offered, ``tool_choice: "auto"``) becomes a call of edit_file on a file that
+    does not exist, and so does the answer to that request sent again after a kill."""
+
+    def __init__(self) -> None:
+        self.sent = threading.Event()
+        self._target: str | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Any, answer: Any) -> Any:
+        if not isinstance(request, dict) or request.get("tool_choice") != "auto":
+            return answer
+        digest = canonical_sha256(request)
+        with self._lock:
+            self._target = self._target or digest
+            if digest != self._target:
+                return answer
+        arguments = json.dumps({"path": MISSING, "old": "a", "new": "b"})
+        call = {
+            "id": "call_missing",
+            "type": "function",
+            "function": {"name": "edit_file", "arguments": arguments},
+        }
+        answer = copy.deepcopy(answer)
+        choice = answer["choices"][0]
+        choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+        choice["finish_reason"] = "tool_calls"
+        self.sent.set()
+        return answer
+
+
+def test_a_failed_tool_call_killed_and_resumed_against_a_real_model(
+    model: LlamaServer, tmp_path: Path
+) -> None:
+    """The turn whose tool call fails, killed while the model answers the failure (or
+    just before): the failed edit is in the history at its place, the resume verifies
+    and goes on, and the model is shown the error as the call's result."""
+    rng = random.Random(f"{SEED}:real-model:failed-tool")
+    script = FailingEdit()
+    kill = Kill(0, rng.uniform(0.0, 1.5), after=script.sent)
+    env = make_env(tmp_path / "xdg-config")
+    with LoggingProxy(model.base_url, tmp_path / "requests.jsonl", rewrite=script) as proxy:
+        workspace = _workspace(tmp_path, proxy.base_url, model.model, env)
+        runner = Runner(workspace, env, proxy)
+        invocations = [runner.invoke(("run", TASK), kill, tmp_path / "logs" / "0")]
+        story = _story(0, invocations)
+        if not invocations[0].killed:
+            pytest.fail(f"the run ended before its failing tool call was killed\n{story}")
+        session = runner.session_id()
+        assert session is not None, story
+        checked = runner.acode("resume", session, "--dry-run", "--verify")
+        assert checked.returncode == 0, f"{checked.stdout}{checked.stderr}\n{story}"
+        for attempt in range(1, 4):
+            argv = ("resume", session, "--mode", "autopilot")
+            done = runner.invoke(argv, None, tmp_path / "logs" / str(attempt))
+            invocations.append(done)
+            story = _story(0, invocations)
+            if not done.killed:
+                break
+        assert done.code in ENDS, story
+        assert "ACODE-CKPT" not in done.err, story
+        logged = proxy.requests()
+
+    final = runner.session()
+    assert final is not None, story
+    assert final["state"] == ("COMPLETED" if done.code == 0 else "FAILED"), story
+    shown = runner.acode("session", "history", session, "--json")
+    events: list[dict[str, Any]] = json.loads(shown.stdout)
+    failed = [
+        e["payload"]
+        for e in events
+        if e["type"] == "step_failed" and e["payload"].get("kind") == "edit"
+    ]
+    assert [p["error"] for p in failed] == [f"cannot edit {MISSING}: no such file"], story
+    chats = [entry for entry in logged if _is_chat(entry)]
+    results = [
+        m.get("content")
+        for entry in chats
+        for m in entry["request"]["messages"]
+        if m.get("role") == "tool"
+    ]
+    assert EDIT_FAILED in results, f"the model was never shown the failed edit\n{story}"
+    for entry in chats:
+        problems = dangling_tool_calls(entry["request"]["messages"])
+        assert not problems, f"request {entry['n']}: {problems}\n{story}"

@@ -13,7 +13,11 @@ Both live in their own virtual environment, built by `make test` / `make demo-ag
 
 The model is the base (not instruction-tuned) Gemma: it proves the machinery, not the
 answers. Its GGUF has no chat template, so the chat format is always given (see
-/work/shared/notes/local-llm.md).
+/work/shared/notes/local-llm.md): ``acode-chatml-function-calling``, which
+tests/support/llama_launch.py installs, llama-cpp-python's ``chatml-function-calling``
+with a template that shows the model tool results (the library's drops them).
+``LlamaServer(prompt_log=path)`` has the server append every prompt it gives the model
+to ``path``, a JSON object per line.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from types import TracebackType
 __all__ = [
     "MODEL_ALIAS",
     "MODEL_FILE",
+    "PROMPT_LOG_VARIABLE",
     "VENV_VARIABLE",
     "LlamaServer",
     "available",
@@ -46,7 +51,10 @@ VENV_VARIABLE = "ACODE_LLM_VENV"
 _GIVEN_VENV = os.environ.get(VENV_VARIABLE) or None
 MODEL_FILE = Path("models") / "gemma-3-270m-q4_k_m.gguf"
 MODEL_ALIAS = "gemma-3-270m"
-CHAT_FORMAT = "chatml-function-calling"
+# Registered by llama_launch.py (its CHAT_FORMAT), which the plain server does not know.
+CHAT_FORMAT = "acode-chatml-function-calling"
+# Read by llama_launch.py: the file its server appends each prompt to.
+PROMPT_LOG_VARIABLE = "ACODE_LLM_PROMPT_LOG"
 _BUILD_HINT = "run `make test` or `make demo-agent`, which build it (about 3.5 min the first time)"
 
 
@@ -87,6 +95,7 @@ class LlamaServer:
         n_ctx: int = 2048,
         start_timeout: float = 60.0,
         stop_timeout: float = 5.0,
+        prompt_log: Path | None = None,
     ) -> None:
         self.venv = venv or default_venv()
         self.port = port or _free_port()
@@ -94,6 +103,7 @@ class LlamaServer:
         self.n_ctx = n_ctx
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
+        self.prompt_log = prompt_log
         self._proc: subprocess.Popen[bytes] | None = None
         self._output: Path | None = None
 
@@ -104,7 +114,7 @@ class LlamaServer:
     def command(self) -> list[str]:
         return [
             str(self.venv / "bin" / "python"),
-            str(Path(__file__).with_name("llama_launch.py")),  # the server, max_tokens kept
+            str(Path(__file__).with_name("llama_launch.py")),  # the server, with its fixes
             "--model",
             str(self.venv / MODEL_FILE),
             "--host",
@@ -129,9 +139,15 @@ class LlamaServer:
         # pipe would stall it; its tail explains a failed start. Removed by stop().
         handle, name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
         self._output = Path(name)
+        env = dict(os.environ)
+        # Only when asked: a variable left in the caller's shell would grow a file forever.
+        env.pop(PROMPT_LOG_VARIABLE, None)
+        if self.prompt_log is not None:
+            env[PROMPT_LOG_VARIABLE] = str(self.prompt_log)
         try:
             self._proc = subprocess.Popen(
                 self.command(),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=handle,
                 stderr=subprocess.STDOUT,

@@ -18,6 +18,9 @@ Each request becomes one JSON line once its answer is known (or the upstream fai
 
     {"n", "method", "path", "request", "request_sha256", "status", "response", "ts", "seconds"}
 
+A test can script the model: ``LoggingProxy(..., rewrite=f)`` sends ``f(request, answer)``
+(both parsed JSON) in place of each chat completion's answer, and logs what it sent.
+
 ``n`` and ``ts`` are taken when the request arrives, so they order requests by when they
 were sent even though lines are written as answers come back. ``request_sha256`` is the
 SHA-256 of the body's canonical JSON (sorted keys, no spaces): the hash acode records
@@ -36,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
@@ -136,13 +139,18 @@ class _Log:
             return self._changed.wait_for(lambda: self._pending == 0, timeout)
 
 
+# Given a chat request and the upstream's answer (both parsed), the answer to send.
+Rewrite = Callable[[Any, Any], Any]
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port: int, upstream: _Upstream, log: _Log) -> None:
+    def __init__(self, port: int, upstream: _Upstream, log: _Log, rewrite: Rewrite | None) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.upstream = upstream
         self.log = log
+        self.rewrite = rewrite
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client killed mid-request is what the crash tests do; anything else is a bug.
@@ -175,6 +183,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             status, data, content_type = self._relay(raw)
             request = _parsed(raw)
+            rewrite = self.server.rewrite
+            if rewrite is not None and status == 200 and self.path.endswith("/chat/completions"):
+                data = json.dumps(rewrite(request, _parsed(data))).encode("utf-8")
             entry = {
                 "n": n,
                 "method": self.command,
@@ -213,10 +224,16 @@ class _Handler(BaseHTTPRequestHandler):
 class LoggingProxy(Lifecycle):
     """A logging reverse proxy to ``upstream_base_url`` (such as http://127.0.0.1:8765/v1).
 
-    ``log_path`` defaults to a new temporary file, which is left for the caller."""
+    ``log_path`` defaults to a new temporary file, which is left for the caller.
+    ``rewrite`` scripts the model: it may replace each chat answer (logged as sent)."""
 
     def __init__(
-        self, upstream_base_url: str, log_path: Path | None = None, *, port: int = 0
+        self,
+        upstream_base_url: str,
+        log_path: Path | None = None,
+        *,
+        port: int = 0,
+        rewrite: Rewrite | None = None,
     ) -> None:
         if log_path is None:
             handle, name = tempfile.mkstemp(prefix="acode-proxy-", suffix=".jsonl")
@@ -224,7 +241,7 @@ class LoggingProxy(Lifecycle):
             log_path = Path(name)
         self.upstream_base_url = upstream_base_url
         self.log_path = log_path
-        self._server = _Server(port, _Upstream(upstream_base_url), _Log(log_path))
+        self._server = _Server(port, _Upstream(upstream_base_url), _Log(log_path), rewrite)
         self._serving: Serving | None = None
 
     @property

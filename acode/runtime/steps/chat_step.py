@@ -1,8 +1,9 @@
 """chat: one request of an agent's conversation, with tools, to an OpenAI-compatible server.
 
-The caller builds the whole request body, so the step's input is the hash of exactly
-what is sent: a replayed conversation that differs by one byte from the recorded one
-is non-determinism, not a silent second request. A recorded answer is never requested
+The caller builds the whole request body, and the step's input is its hash
+(``model_client.request_hash``, over the body's JSON with sorted keys): a replayed
+conversation that differs in one character from the recorded one is non-determinism,
+not a silent second request. A recorded answer is never requested
 again; an unanswered request is simply sent again on resume.
 """
 

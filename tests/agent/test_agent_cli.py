@@ -100,12 +100,7 @@ def test_a_run_that_finds_the_model_busy_says_so_and_goes_on(agent_cli: Cli, as_
         )
         server.busy()
         running = agent_cli.start("run", TASK, *(["--json"] if as_json else []))
-        wait_for(
-            "the run's first model request",
-            lambda: "POST /v1/chat/completions" in server.seen or running.proc.poll() is not None,
-            timeout=20,
-        )
-        server.earlier_request_done()
+        server.done_once_asked(running.proc)
         # The request waited in the server's queue; its answer is no plan: a failed run.
         result = agent_cli.finish(running, expect=1)
     assert server.seen == ["GET /v1/models", "POST /v1/chat/completions"]

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cli.conftest import Cli, plan_yaml, wait_for
+from tests.cli.conftest import Cli, plan_yaml
 from tests.support.busy_model import MODEL, BusyModelServer
 
 WAITING = re.compile(r"Session (\S+) is waiting for approval")
@@ -44,12 +44,7 @@ def test_a_resume_that_finds_the_model_busy_says_so_and_goes_on(
 
     server.busy()
     running = acode.start("resume", short, *(["--json"] if as_json else []))
-    wait_for(
-        "the resume's model request",
-        lambda: "POST /v1/chat/completions" in server.seen or running.proc.poll() is not None,
-        timeout=20,
-    )
-    server.earlier_request_done()
+    server.done_once_asked(running.proc)
     result = acode.finish(running, expect=0)
 
     assert server.seen == ["GET /v1/models", "POST /v1/chat/completions"]

@@ -4,14 +4,16 @@ a killed client left. OpenAI-compatible, on 127.0.0.1, serving the model ``MODEL
 
     with BusyModelServer() as server:
         server.busy()                   # from now on, answers wait
-        ...
-        server.earlier_request_done()   # and go out
+        client = subprocess.Popen(...)
+        server.done_once_asked(client)  # its request waits, then all answers go out
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
@@ -53,6 +55,16 @@ class BusyModelServer(Lifecycle):
 
     def earlier_request_done(self) -> None:
         self.idle.set()
+
+    def done_once_asked(self, client: subprocess.Popen[str], timeout: float = 20.0) -> None:
+        """Wait until ``client`` has sent its chat request (or ended), then let the
+        earlier request finish, and with it the queue."""
+        deadline = time.monotonic() + timeout
+        while "POST /v1/chat/completions" not in self.seen and client.poll() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no chat request reached the busy server in {timeout} s")
+            time.sleep(0.02)
+        self.earlier_request_done()
 
 
 class _Server(ThreadingHTTPServer):

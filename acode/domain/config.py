@@ -28,6 +28,7 @@ __all__ = [
     "ResumeSettings",
     "RunSettings",
     "SyncSettings",
+    "config_dict_hash",
     "config_hash",
     "config_to_dict",
     "override",
@@ -476,5 +477,11 @@ def config_to_dict(cfg: AcodeConfig) -> dict[str, object]:
 
 def config_hash(cfg: AcodeConfig) -> str:
     """SHA-256 of the canonical JSON: equal configs hash equal, whatever their key order."""
-    canonical = json.dumps(config_to_dict(cfg), sort_keys=True, separators=(",", ":"))
+    return config_dict_hash(config_to_dict(cfg))
+
+
+def config_dict_hash(data: Mapping[str, Any]) -> str:
+    """``config_hash`` of the configuration ``data`` is the dict of (``config_to_dict``),
+    as a session recorded it: an older acode's, with keys this one may not know."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -19,7 +19,9 @@ from acode.domain.reducer import SessionSummary, StepStatus
 from acode.domain.states import SessionState, is_terminal
 from acode.errors import (
     AcodeError,
+    CheckpointError,
     EnvironmentValidationError,
+    ErrorCode,
     NothingToResumeError,
     SessionNotFoundError,
     TerminalStateError,
@@ -108,7 +110,8 @@ def _existing(workspace: Path | str, config: AcodeConfig | None) -> Workspace:
 
 
 def select_for_resume(store: SqliteStore, id_or_prefix: str | None) -> SessionRow:
-    """The session to resume: the one named, else the most recent resumable one."""
+    """The session to resume: the one named, else the most recent resumable one. Whether
+    it can be resumed is decided once its history is verified (``_refuse``)."""
     if id_or_prefix is None:
         candidates = resumable_sessions(store)
         if not candidates:
@@ -119,67 +122,83 @@ def select_for_resume(store: SqliteStore, id_or_prefix: str | None) -> SessionRo
             )
         return candidates[0]
     try:
-        row = find_session(store, id_or_prefix)
+        return find_session(store, id_or_prefix)
     except SessionNotFoundError as exc:
         raise NothingToResumeError(exc.message, hint=exc.hint) from exc
-    _refuse_terminal(row)
+
+
+def _refuse(journal: Journal) -> None:
+    """Refuse what cannot be resumed, by the signed history: a terminal state, a
+    discarded session, a ledger. The sessions row must say what the history says: one
+    edited to say otherwise is refused as such, never believed."""
+    row, summary = journal.row, journal.summary
+    assert summary is not None
+    recorded = (summary.state.value, summary.discarded, _kind(journal))
+    if (row.state, row.archived, row.kind) != recorded:
+        raise CheckpointError(
+            f"session {row.short_id}: the sessions table says it is {row.state} (kind "
+            f"{row.kind}{', discarded' if row.archived else ''}), its signed history "
+            f"{recorded[0]} (kind {recorded[2]}{', discarded' if recorded[1] else ''}): "
+            "the database was edited",
+            hint="refusing to use it; its history is kept unchanged for inspection "
+            f"(`acode session history {row.short_id}`)",
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+    if is_terminal(summary.state):
+        raise TerminalStateError(
+            f"cannot resume session {row.short_id}: it is {summary.state.value}",
+            hint=f'terminal sessions never run again; start a new one: acode run "{row.title}"',
+        )
     if row.kind in LEDGER_KINDS:
         raise UsageError(
             f"session {row.short_id} is a {'work session' if row.kind == 'work' else 'task list'}"
             ": its commands continue it, not `acode resume`",
             hint=f"acode work resume {row.id}" if row.kind == "work" else "acode task list",
         )
-    if row.archived:
+    if summary.discarded:
         raise NothingToResumeError(
             f"session {row.short_id} was discarded",
             hint=f"its history stays readable: acode session history {row.short_id}",
         )
-    return row
 
 
-def _refuse_terminal(row: SessionRow) -> None:
-    state = SessionState(row.state)
-    if is_terminal(state):
-        raise TerminalStateError(
-            f"cannot resume session {row.short_id}: it is {state.value}",
-            hint=f'terminal sessions never run again; start a new one: acode run "{row.title}"',
-        )
+def _kind(journal: Journal) -> str:
+    """The session's kind as its first events record it: named there from schema 7 on,
+    before that told by its plan or its task (a library session and a ledger look alike)."""
+    created = journal.history.event(1).payload
+    if isinstance(created.get("kind"), str):
+        return str(created["kind"])
+    if "task" in created:
+        return "agent"
+    if journal.summary is not None and journal.summary.plan_hash is not None:
+        return "plan"
+    return journal.row.kind if journal.row.kind in ("library", *LEDGER_KINDS) else "library"
 
 
-def _preview(
-    store: SqliteStore, row: SessionRow, journal: Journal, config: AcodeConfig
-) -> ResumePreview:
-    summary = journal.summary
+def _preview(journal: Journal, config: AcodeConfig) -> ResumePreview:
+    row, history, summary = journal.row, journal.history, journal.summary
     assert summary is not None
-    if is_terminal(summary.state):
-        # The signed history, not the sessions table, says whether it ended.
-        raise TerminalStateError(
-            f"cannot resume session {row.short_id}: its history says it is {summary.state.value}",
-            hint="the sessions table says otherwise: the database was edited",
-        )
-    plan = recorded_plan(store, row, summary)
+    plan = recorded_plan(history, row, summary)
     continuation = None
     if plan is not None:
         from acode.domain.continuation import plan_continuation
 
-        continuation = plan_continuation(plan, _plan_statuses(store, row, plan, summary))
+        continuation = plan_continuation(plan, _plan_statuses(journal, plan, summary))
     return ResumePreview(
         row,
         summary,
         journal.checkpoint_id,
         plan,
         continuation,
-        sync=sync_status(store, row, config.sync.remote),
-        agent=recorded_agent(store, row),
+        sync=sync_status(journal.store, row, config.sync.remote),
+        agent=recorded_agent(history, row),
     )
 
 
-def _plan_statuses(
-    store: SqliteStore, row: SessionRow, plan: Plan, summary: SessionSummary
-) -> dict[str, StepStatus]:
+def _plan_statuses(journal: Journal, plan: Plan, summary: SessionSummary) -> dict[str, StepStatus]:
     """A plan runs its steps in order, one position each: every position before the
     summary's next one completed, except the few that did not finish."""
-    unfinished = {s.position: s.status for s in store.unfinished_steps(row.sid)}
+    unfinished = {s.position: s.status for s in journal.unfinished_steps()}
     return {
         step.id: unfinished.get(i, StepStatus.COMPLETED)
         for i, step in enumerate(plan.steps()[: summary.next_position])
@@ -197,13 +216,13 @@ def _needs_model(store: SqliteStore, preview: ResumePreview) -> bool:
     return any(s.kind is StepKind.MODEL and s.id in remaining for s in plan.steps())
 
 
-def _in_progress_paths(store: SqliteStore, row: SessionRow, workspace: Path) -> frozenset[str]:
+def _in_progress_paths(journal: Journal, workspace: Path) -> frozenset[str]:
     """Files the interrupted step was changing: its own recovery handles them."""
     paths: set[str] = set()
-    for step in store.unfinished_steps(row.sid):
+    for step in journal.unfinished_steps():
         if step.status is StepStatus.FAILED:
             continue
-        started = store.event(row, step.event_seq).payload
+        started = journal.history.event(step.event_seq).payload
         started = started.get("started", started)
         if isinstance(started.get("path"), str):
             paths.add(started["path"])
@@ -216,12 +235,12 @@ def _in_progress_paths(store: SqliteStore, row: SessionRow, workspace: Path) -> 
 
 
 def _environment(
-    store: SqliteStore, ws: Workspace, preview: ResumePreview, config: AcodeConfig
+    journal: Journal, ws: Workspace, preview: ResumePreview, config: AcodeConfig
 ) -> EnvironmentReport:
-    row = preview.row
+    store, row = journal.store, journal.row
     exists = ws.root.is_dir()
     checked, changed = (
-        changed_files(ws.root, store.files(row.sid), ignore=_in_progress_paths(store, row, ws.root))
+        changed_files(ws.root, store.files(row.sid), ignore=_in_progress_paths(journal, ws.root))
         if exists
         else ([], [])
     )
@@ -235,8 +254,8 @@ def _environment(
         changed=tuple(changed),
         config=tuple(
             config_changes(
-                session_config(recorded_config(row)),
-                session_config(current_config(store, row, ws.config)),
+                session_config(recorded_config(row, journal.history)),
+                session_config(current_config(journal.history, row, ws.config)),
             )
         ),
         model=model,
@@ -257,10 +276,11 @@ def preview_resume(
         row = select_for_resume(store, id_or_prefix)
         signer = load_signer()
         journal = Journal.load(store, row, clock or SystemClock(), signer)
+        _refuse(journal)
         if verify:
-            verify_history(store, row, signer)
-        preview = _preview(store, row, journal, ws.config)
-        return preview._replace(environment=_environment(store, ws, preview, ws.config))
+            verify_history(store, journal.row, signer)
+        preview = _preview(journal, ws.config)
+        return preview._replace(environment=_environment(journal, ws, preview, ws.config))
     finally:
         store.close()
 
@@ -389,19 +409,20 @@ def _resume(
         if orphans:
             log_event(ws.paths, "orphans_stopped", session_id=row.id, process_groups=orphans)
         ws.paths.clear_temp(row.id)
-        _refuse_terminal(row)
+        journal = Journal.load(store, row, clock, signer)
+        row = journal.row  # chained again under the key, if it was recorded before
+        _refuse(journal)
         sync = open_sync_link(ws.paths, ws.config.sync.remote, row.id)
         if sync is not None:
             sync.claim(ws.paths.db, row.short_id)  # pushes what waits, takes the lease
-        recorded = recorded_config(row)
-        journal = Journal.load(store, row, clock, signer)
+        recorded = recorded_config(row, journal.history)
         if verify:
             verify_history(store, row, signer)
-        preview = _preview(store, row, journal, ws.config)
+        preview = _preview(journal, ws.config)
         # With --force the person chose the configuration as it is now.
-        config = current_config(store, row, ws.config) if force else recorded
+        config = current_config(journal.history, row, ws.config) if force else recorded
         if config.resume.validate_environment:
-            preview = preview._replace(environment=_environment(store, ws, preview, config))
+            preview = preview._replace(environment=_environment(journal, ws, preview, config))
         _judge(
             preview,
             force=force,

@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from acode.domain.config import AcodeConfig, parse_config, with_overrides
-from acode.domain.events import EventType
+from acode.domain.config import AcodeConfig, config_dict_hash, parse_config, with_overrides
+from acode.domain.events import Event, EventType
 from acode.domain.reducer import SessionSummary, payload_digest
 from acode.domain.states import SessionState, is_resumable
 from acode.errors import (
@@ -18,6 +18,7 @@ from acode.errors import (
     SessionNotFoundError,
     UsageError,
 )
+from acode.runtime.history import History
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore
 
@@ -80,15 +81,24 @@ def is_resumable_row(row: SessionRow) -> bool:
     )
 
 
+# Where a recorded start is read from: a session's History, which authenticates each
+# event it reads (what a resume relies on), or the store as it is (what a view shows).
+Source = SqliteStore | History
+
+
+def _event(source: Source, row: SessionRow, seq: int) -> Event:
+    return source.event(seq) if isinstance(source, History) else source.event(row, seq)
+
+
 def recorded_plan(
-    store: SqliteStore, row: SessionRow, summary: SessionSummary | None = None
+    source: Source, row: SessionRow, summary: SessionSummary | None = None
 ) -> Plan | None:
     """The plan a plan session recorded as its second event (see lifecycle). Given the
     verified ``summary``, the plan must be the one its signed checkpoints name: a plan
     edited in the database is refused rather than run."""
     if row.kind != "plan":
         return None
-    event = store.event(row, PLAN_EVENT_SEQ)
+    event = _event(source, row, PLAN_EVENT_SEQ)
     if event.type is not EventType.PLAN_RECORDED:
         raise CheckpointError(
             f"session {row.short_id}: event {PLAN_EVENT_SEQ} should record its plan, "
@@ -109,9 +119,21 @@ def recorded_plan(
     return Plan.from_record(event.payload["plan"])
 
 
-def recorded_config(row: SessionRow) -> AcodeConfig:
-    """The configuration the session started with: resume restores it."""
-    return parse_config(json.loads(row.config), f"recorded config of session {row.short_id}")
+def recorded_config(row: SessionRow, history: History | None = None) -> AcodeConfig:
+    """The configuration the session started with: resume restores it. With the
+    session's ``history``, it must be the one whose hash its first event recorded."""
+    recorded = json.loads(row.config)
+    config = parse_config(recorded, f"recorded config of session {row.short_id}")
+    if history is not None and history.event(1).payload.get("config_hash") != config_dict_hash(
+        recorded
+    ):
+        raise CheckpointError(
+            f"session {row.short_id}: its recorded configuration is not the one it started "
+            "with: the database was edited",
+            hint="refusing to run with it; the history is kept unchanged for inspection",
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+    return config
 
 
 class AgentRecord(NamedTuple):
@@ -121,23 +143,21 @@ class AgentRecord(NamedTuple):
     overrides: Mapping[str, object]
 
 
-def recorded_agent(store: SqliteStore, row: SessionRow) -> AgentRecord | None:
+def recorded_agent(source: Source, row: SessionRow) -> AgentRecord | None:
     """The task and flag overrides of an agent session; None for other kinds."""
     if row.kind != "agent":
         return None
-    created = store.event(row, 1).payload  # session_created, covered by the chain
+    created = _event(source, row, 1).payload  # session_created
     overrides = created.get("overrides")
     return AgentRecord(
         str(created.get("task", row.title)), dict(overrides) if isinstance(overrides, dict) else {}
     )
 
 
-def current_config(
-    store: SqliteStore, row: SessionRow, workspace_config: AcodeConfig
-) -> AcodeConfig:
+def current_config(source: Source, row: SessionRow, workspace_config: AcodeConfig) -> AcodeConfig:
     """The configuration the session would run with now: the workspace's, with the
     overrides its command line recorded applied again."""
-    agent = recorded_agent(store, row)
+    agent = recorded_agent(source, row)
     if agent is None or not agent.overrides:
         return workspace_config
     return with_overrides(

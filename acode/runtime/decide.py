@@ -48,9 +48,10 @@ def decide_approval(
         with take_lock(ws, row.id, clock, label=row.short_id):
             row = store.session(row.id)
             journal = Journal.load(store, row, clock, signer)
+            row = journal.row
             waiting = [
                 s
-                for s in store.steps(row.sid)
+                for s in journal.unfinished_steps()
                 if s.kind == "approve" and s.status is StepStatus.IN_PROGRESS
             ]
             if step is not None:
@@ -62,8 +63,9 @@ def decide_approval(
                     hint="`acode status` shows what the session is doing",
                 )
             target = waiting[-1]
-            request = store.event(row, target.event_seq).payload
-            for earlier in store.events_of_type(row, EventType.APPROVAL_DECIDED):
+            # What was asked, as the history recorded it: each read checked on its chain.
+            request = journal.history.event(target.event_seq).payload
+            for earlier in journal.history.of_type(EventType.APPROVAL_DECIDED):
                 p = earlier.payload
                 if (p["step"], p["position"], p["subject_hash"]) == (
                     target.step_id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from acode.domain.chain import event_hash, genesis_hash
+from acode.domain.chain import CHAIN_VERSION
 from acode.domain.events import Event, EventType, canonical_json
 from acode.domain.frozen import build
 from acode.domain.ids import SHORT_ID_LENGTH, EventStamp, next_event_stamp
@@ -19,20 +19,30 @@ from acode.domain.reducer import (
     STEP_EVENT_TYPES,
     SessionSummary,
     StepRecord,
+    StepStatus,
     decode_summary,
     fold,
     fold_all,
     fold_completed,
     fold_step,
+    step_record,
+    step_status,
 )
 from acode.domain.states import SessionState
 from acode.errors import CheckpointError, ErrorCode
-from acode.runtime.clock import Clock
+from acode.runtime.clock import Clock, SystemClock
+from acode.runtime.history import History, key_changed_error, messages_digest
 from acode.security.signing import Signer
 from acode.store.records import CheckpointRow, Commit, FileRow, MessageRow, SessionRow
 from acode.store.sqlite_store import SqliteStore, event_row
 
-__all__ = ["Journal", "checkpoint_message", "new_session_journal", "verify_history"]
+__all__ = [
+    "Journal",
+    "checkpoint_message",
+    "new_session_journal",
+    "stored_summary",
+    "verify_history",
+]
 
 # A checkpoint writes its summary out when the newest one this journal wrote is this many
 # events old, and at the journal's first checkpoint; the others leave it out, about a
@@ -90,6 +100,11 @@ class Journal:
         self.checkpoint_id = checkpoint_id
         self._clock = clock
         self._signer = signer
+        self._chain = signer.chain_key(row.id)
+        # What the engine reads of the history, each event checked as it is read.
+        self.history = History(
+            store, row, self._chain, key_changed=row.key_id not in (None, signer.key_id)
+        )
         self._message_count: int | None = None
         self._message_prefix = _v2_prefix(row.id, row.title)
         self._summary_seq: int | None = None  # where this journal last wrote a summary out
@@ -156,7 +171,7 @@ class Journal:
         return (
             stamp,
             payload_json,
-            event_hash(previous, seq, stamp.event_id, stamp.ts_us, type_, payload_json),
+            self._chain.link(previous, seq, stamp.event_id, stamp.ts_us, type_, payload_json),
         )
 
     def write(
@@ -172,7 +187,17 @@ class Journal:
     ) -> list[Event]:
         """Append events (and what they project to) in one transaction. Each step row
         is pointed at the newest event of the write about its step, whose sequence
-        number is only known here."""
+        number is only known here. The last event records a digest of ``messages``,
+        which authenticates them when a conversation is read back (History.messages)."""
+        if self.history.refused is not None:
+            raise self.history.refused
+        message_rows = self._message_rows(messages, self._tail.seq + len(entries))
+        if message_rows:
+            type_, payload = entries[-1]
+            entries = [
+                *entries[:-1],
+                (type_, {**payload, "messages": messages_digest(message_rows)}),
+            ]
         events, tail = self.build(entries)
         summary = self.summary
         for event in events:
@@ -196,7 +221,7 @@ class Journal:
                 checkpoint=cp,
                 summary_written=written,
                 step_ids=[*self._unledgered, *step_ids] if written else (),
-                messages=self._message_rows(messages, last.seq),
+                messages=message_rows,
                 blobs=blobs,
                 files=files,
                 archive=archive,
@@ -214,7 +239,7 @@ class Journal:
         and the step id ledger out, which ``write`` makes."""
         tail = self._tail
         seq = tail.seq + 1
-        if self._summary_due(seq):
+        if self._summary_due(seq) or self.history.refused is not None:
             self.write([(EventType.STEP_COMPLETED, payload)])
             return
         type_ = EventType.STEP_COMPLETED
@@ -227,6 +252,29 @@ class Journal:
         )
         self.store.append_event(row)
         self._committed(summary, _Tail(stamp, head, seq), True, False, [payload["step"]])
+
+    def unfinished_steps(self) -> list[StepRecord]:
+        """The steps that did not complete (in progress, rolled back, failed), from their
+        `steps` rows, each held to its event, and as many as the signed summary counts:
+        a row taken out cannot hide a step, an approval among them, from a reader."""
+        summary = self.summary
+        assert summary is not None
+        rows = self.store.unfinished_steps(self.row.sid)
+        for row in rows:
+            event = self.history.event(row.event_seq)
+            status = step_status(event.type)
+            if status is None or step_record(status, event.seq, event.payload) != row:
+                raise _tampered(
+                    self.row, f"the steps table's row of step {row.step_id!r} is not its record"
+                )
+        still = sum(1 for r in rows if r.status is not StepStatus.FAILED)
+        unfinished = summary.next_position - summary.steps_completed - summary.steps_failed
+        if still != unfinished:
+            raise _tampered(
+                self.row,
+                f"its signed state counts {unfinished} unfinished step(s), the steps table {still}",
+            )
+        return rows
 
     def _summary_due(self, seq: int) -> bool:
         """Whether a checkpoint at event ``seq`` writes its summary out."""
@@ -279,61 +327,68 @@ class Journal:
 
     @classmethod
     def load(cls, store: SqliteStore, row: SessionRow, clock: Clock, signer: Signer) -> Journal:
-        """The journal as of the newest checkpoint whose signature verifies, plus the
-        events after it, each checked against the hash chain."""
-        problems: list[str] = []
-        for cp in store.checkpoints(row):
-            if not signer.verify(checkpoint_message(row.id, row.title, cp), cp.signature):
-                problems.append(f"checkpoint {cp.id} (event {cp.seq}): signature does not match")
-                continue
-            anchor = store.event(row, cp.seq)
-            if anchor.hash != cp.head:
-                problems.append(
-                    f"checkpoint {cp.id}: event {cp.seq} is not the event it was signed over"
-                )
-                continue
-            try:
-                summary = decode_summary(cp.summary, title=row.title, seq=cp.seq)
-            except (ValueError, TypeError, KeyError):
-                # Signed yet unreadable: written by a newer acode, or a bug; not trusted.
-                problems.append(f"checkpoint {cp.id} (event {cp.seq}): summary is unreadable")
-                continue
-            tail = _Tail(EventStamp(anchor.ts_us, anchor.event_id), anchor.hash, anchor.seq)
-            for event in store.events(row, after_seq=cp.seq):
-                _check_link(tail, event)
-                summary = fold(summary, event)
-                tail = _Tail(EventStamp(event.ts_us, event.event_id), event.hash, event.seq)
-            unledgered = store.unledgered_step_ids(row)
-            return cls(store, row, summary, tail, cp.id, clock, signer, unledgered)
-        detail = "; ".join(problems) if problems else "the session has no checkpoint"
-        raise CheckpointError(
-            f"session {row.short_id or row.id} cannot be trusted: {detail}",
-            hint="the database was edited or damaged; its history is kept unchanged for "
-            "inspection (`acode session history`), start a new session to continue",
-            code=ErrorCode.CHECKPOINT_INVALID if problems else ErrorCode.CHECKPOINT_NOT_FOUND,
-        )
+        """The journal as of the session's newest checkpoint, plus the events after it.
+        The checkpoint's signature must verify and its event must hold its link, and so
+        must every event after it: a checkpoint that does not verify is the database
+        edited (or another key), never passed over for an older one. A session recorded
+        before chains were keyed is chained again under the key first (rechain)."""
+        if row.chain != CHAIN_VERSION:
+            from acode.runtime.rechain import rechain
+
+            row = rechain(store, row, signer)
+        if row.key_id not in (None, signer.key_id):
+            raise key_changed_error(row)
+        cp = store.newest_checkpoint(row)
+        if cp is None:
+            raise CheckpointError(
+                f"session {_name(row)} has no checkpoint: it cannot be verified",
+                hint="the database was edited or damaged; its history is kept unchanged for "
+                f"inspection (`acode session history {_name(row)}`)",
+                code=ErrorCode.CHECKPOINT_NOT_FOUND,
+            )
+        if not signer.verify(checkpoint_message(row.id, row.title, cp), cp.signature):
+            raise _tampered(row, f"its newest checkpoint (event {cp.seq}) is not signed by the key")
+        journal = cls(store, row, None, _Tail(None, b"", 0), cp.id, clock, signer)
+        anchor = journal.history.event(cp.seq)
+        if anchor.hash != cp.head:
+            raise _tampered(row, f"event {cp.seq} is not the event its checkpoint was signed over")
+        try:
+            summary = decode_summary(cp.summary, title=row.title, seq=cp.seq)
+        except (ValueError, TypeError, KeyError):
+            # Signed yet unreadable: written by a newer acode, or a bug; not trusted.
+            raise _tampered(
+                row, f"the summary of its checkpoint (event {cp.seq}) is unreadable"
+            ) from None
+        tail = _Tail(EventStamp(anchor.ts_us, anchor.event_id), anchor.hash, anchor.seq)
+        for event in journal.history.events(after=cp.seq):
+            _check_order(row, tail, event)
+            summary = fold(summary, event)
+            tail = _Tail(EventStamp(event.ts_us, event.event_id), event.hash, event.seq)
+        journal.summary, journal._tail = summary, tail
+        journal._unledgered = store.unledgered_step_ids(row)
+        return journal
 
 
-def verify_history(
-    store: SqliteStore, row: SessionRow, signer: Signer | None = None
-) -> SessionSummary:
+def verify_history(store: SqliteStore, row: SessionRow, signer: Signer) -> SessionSummary:
     """Fold the whole history from the first event, checking every link of the chain,
-    every kept checkpoint (with ``signer``) and the rows of the `steps` table; the first
+    the newest checkpoints, the messages and the rows of the `steps` table; the first
     divergence is reported as non-determinism, never papered over."""
+    journal = Journal.load(store, row, SystemClock(), signer)
+    row = journal.row
     checkpoints = {}
-    if signer is not None:
-        checkpoints = {
-            cp.seq: cp
-            for cp in store.checkpoints(row)
-            if signer.verify(checkpoint_message(row.id, row.title, cp), cp.signature)
-        }
-    tail = _Tail(None, genesis_hash(row.id), 0)
+    for kept in store.checkpoints(row):
+        if not signer.verify(checkpoint_message(row.id, row.title, kept), kept.signature):
+            raise _tampered(
+                row, f"checkpoint {kept.id} (event {kept.seq}) is not signed by the key"
+            )
+        checkpoints[kept.seq] = kept
+    tail = _Tail(None, b"", 0)
     summary: SessionSummary | None = None
     steps: dict[int, StepRecord] = {}
     # A step needs a row unless its completion is its only event (Session._finish).
     needs_row: set[int] = set()
-    for event in store.events(row):
-        _check_link(tail, event)
+    for event in journal.history.events():
+        _check_order(row, tail, event)
         tail = _Tail(EventStamp(event.ts_us, event.event_id), event.hash, event.seq)
         summary = fold(summary, event)
         earlier = steps.get(event.payload.get("position", -1))
@@ -343,12 +398,13 @@ def verify_history(
             if earlier is not None or event.type is not EventType.STEP_COMPLETED:
                 needs_row.add(projected.position)
         cp = checkpoints.get(event.seq)
-        if cp is not None and _stored(summary, cp) != cp.summary:
+        if cp is not None and stored_summary(summary, cp.summary) != cp.summary:
             raise _diverged(row, event, f"checkpoint {cp.id} recorded a different state")
     if summary is None:
         raise CheckpointError(
             f"session {row.short_id} has no events", code=ErrorCode.CHECKPOINT_NOT_FOUND
         )
+    journal.history.messages()
     recorded_rows = store.step_rows(row.sid)
     missing = sorted(needs_row - {r.position for r in recorded_rows})
     if missing:
@@ -404,20 +460,26 @@ def _diverged(row: SessionRow, event: Event, what: str) -> CheckpointError:
     )
 
 
-def _short(event: Event) -> str:
-    return event.session_id[:SHORT_ID_LENGTH]
+def _name(row: SessionRow) -> str:
+    return row.short_id or row.id[:SHORT_ID_LENGTH]
 
 
-def _check_link(tail: _Tail, event: Event) -> None:
-    expected = event_hash(
-        tail.hash, event.seq, event.event_id, event.ts_us, event.type.value, event.payload_json
+def _tampered(row: SessionRow, what: str) -> CheckpointError:
+    return CheckpointError(
+        f"session {_name(row)} cannot be trusted: {what}: the database was edited or damaged",
+        hint="refusing to use it; its history is kept unchanged for inspection "
+        f"(`acode session history {_name(row)}`); start a new session to continue",
+        code=ErrorCode.CHECKPOINT_INVALID,
     )
-    if event.seq != tail.seq + 1 or expected != event.hash:
+
+
+def _check_order(row: SessionRow, tail: _Tail, event: Event) -> None:
+    """Events follow each other by number and by (timestamp, event_id) alike."""
+    if event.seq != tail.seq + 1:
         raise CheckpointError(
-            f"session {_short(event)}: event {event.seq} ({event.type.value}) does not "
-            "match the hash chain: it was edited, inserted or removed",
-            hint="the history is kept unchanged for inspection (`acode session history`); "
-            "start a new session to continue",
+            f"session {_name(row)}: event {event.seq} follows event {tail.seq}: the history "
+            "has a gap: the database was edited",
+            hint="the history is kept unchanged for inspection (`acode session history`)",
             code=ErrorCode.CHAIN_BROKEN,
         )
     if tail.stamp is not None and (event.ts_us, event.event_id) <= (
@@ -425,15 +487,16 @@ def _check_link(tail: _Tail, event: Event) -> None:
         tail.stamp.event_id,
     ):
         raise CheckpointError(
-            f"session {_short(event)}: event {event.seq} is ordered before event "
+            f"session {_name(row)}: event {event.seq} is ordered before event "
             f"{tail.seq} by (timestamp, event_id); the replay order is not deterministic",
             code=ErrorCode.CHAIN_BROKEN,
         )
 
 
-def _stored(summary: SessionSummary, cp: CheckpointRow) -> str:
-    """``summary`` as ``cp`` would store it, in the version it was written in."""
-    if cp.summary.startswith("{"):
+def stored_summary(summary: SessionSummary, stored: str) -> str:
+    """``summary`` as a checkpoint that stored ``stored`` would store it, in the version
+    it was written in."""
+    if stored.startswith("{"):
         return canonical_json(summary.to_dict())
     return summary.encode()
 
@@ -477,11 +540,10 @@ def new_session_journal(
     """Create a session row with its first events and first checkpoint, atomically."""
     placeholder = SessionRow(
         0, session_id, title, "", workspace, parent_id, kind, config_json, config_hash,
-        0, 0, None, None, False,
+        0, 0, None, None, False, CHAIN_VERSION, signer.key_id,
     )  # fmt: skip
-    journal = Journal(
-        store, placeholder, None, _Tail(None, genesis_hash(session_id), 0), 0, clock, signer
-    )
+    journal = Journal(store, placeholder, None, _Tail(None, b"", 0), 0, clock, signer)
+    journal._tail = _Tail(None, journal.history.chain.genesis, 0)
     events, tail = journal.build(entries)
     summary = fold_all(events)
     last = events[-1]
@@ -495,6 +557,7 @@ def new_session_journal(
         config_hash=config_hash,
         parent_id=parent_id,
         created_at=events[0].ts_us,
+        key_id=signer.key_id,
         first=Commit(
             events=events,
             state=summary.state.value,
@@ -503,12 +566,4 @@ def new_session_journal(
             step_ids=_step_ids(entries),
         ),
     )
-    return Journal(
-        store,
-        row,
-        summary,
-        tail,
-        cp.id,
-        clock,
-        signer,
-    )
+    return Journal(store, row, summary, tail, cp.id, clock, signer)

@@ -124,6 +124,7 @@ def open_session(
     ws = open_workspace(workspace, config)
     signer = load_signer()
     session_id = uuid7(clock.now_us() // 1000, clock.random_bytes(10))
+    kind = ledger or _kind(plan, agent_task)
     with ExitStack() as cleanup:
         store = open_store(ws.paths.db, ws.config.durability)
         cleanup.callback(store.close)
@@ -134,11 +135,11 @@ def open_session(
             session_id=session_id,
             title=title,
             workspace=str(ws.root),
-            kind=ledger or _kind(plan, agent_task),
+            kind=kind,
             config_json=canonical_json(config_to_dict(session_config(ws.config))),
             config_hash=config_hash(session_config(ws.config)),
             parent_id=parent_id,
-            entries=_first_events(title, ws, plan, parent_id, agent_task, overrides),
+            entries=_first_events(title, ws, kind, plan, parent_id, agent_task, overrides),
             clock=clock,
             signer=signer,
         )
@@ -165,6 +166,7 @@ def _kind(plan: Plan | None, agent_task: str | None) -> str:
 def _first_events(
     title: str,
     ws: Workspace,
+    kind: str,
     plan: Plan | None,
     parent_id: str | None,
     agent_task: str | None,
@@ -174,6 +176,7 @@ def _first_events(
         "title": title,
         "workspace": str(ws.root),
         "config_hash": config_hash(session_config(ws.config)),
+        "kind": kind,  # on the chain: the sessions row's copy is checked against it
         "v": 1,
     }
     if parent_id:

@@ -207,9 +207,10 @@ class Session:
         self._window: dict[int, tuple[StepRecord, str, dict[str, Any]]] = {}
         self._rows: dict[int, StepRecord] = {}
         self._scanned_seq = 0  # events up to here are read
+        self._scanned_hash: bytes | None = None  # the hash of event _scanned_seq, checked
         self._scanned_position = -1  # the highest position they name
         self._scan_done = self._recorded_until == 0
-        self._history: list[dict[str, Any]] | None = None
+        self._transcript: list[dict[str, Any]] | None = None
         # A step whose call raised with no outcome recorded (``_unsettle``).
         self._unsettled: _Unsettled | None = None
         self._closed = False
@@ -266,10 +267,9 @@ class Session:
             raise UsageError(
                 f"session {self.short_id}: skip_completed() comes before the first step call"
             )
-        store, sid = self._journal.store, self._journal.row.sid
         unsettled = [
             r.step_id
-            for r in store.unfinished_steps(sid)
+            for r in self._journal.unfinished_steps()
             if r.status in (StepStatus.IN_PROGRESS, StepStatus.ROLLED_BACK)
         ]
         if unsettled:
@@ -282,7 +282,7 @@ class Session:
         # No step id may be used twice: a new one is looked up in the step id ledger,
         # one seek, and among the few recorded ids the ledger does not hold yet.
         self._seen_ids = set(self._journal.unledgered_step_ids)
-        self._ledger_sid = sid
+        self._ledger_sid = self._journal.row.sid
         self._position = self._recorded_until
         return self._position
 
@@ -827,8 +827,8 @@ class Session:
             blobs=outcome.blobs,
             files=outcome.files,
         )
-        if outcome.messages and self._history is not None:
-            self._history.extend(content for _, content in outcome.messages)
+        if outcome.messages and self._transcript is not None:
+            self._transcript.extend(content for _, content in outcome.messages)
 
     def _fail(
         self,
@@ -873,12 +873,16 @@ class Session:
         """The next window of events about steps, folded into their positions' records;
         what is below ``position`` was replayed and is let go."""
         store, row = self._journal.store, self._journal.row
-        events = store.step_events(row, self._scanned_seq, _REPLAY_WINDOW)
+        # Every event of the window is checked against the chain as it is read.
+        events = self._journal.history.window(self._scanned_seq, self._scanned_hash, _REPLAY_WINDOW)
         self._scan_done = len(events) < _REPLAY_WINDOW
+        if events:
+            self._scanned_seq, self._scanned_hash = events[-1][0], events[-1][5]
         window = {p: found for p, found in self._window.items() if p >= position}
-        for seq, event_type, payload_json in events:
+        for seq, _, _, event_type, payload_json, _ in events:
             status = step_status(event_type)
-            assert status is not None  # the store reads events about steps only
+            if status is None:
+                continue  # not about a step
             try:
                 payload = _object(payload_json)
                 record = step_record(status, seq, payload)
@@ -887,7 +891,7 @@ class Session:
             if record.position < self._scanned_position:
                 raise self._edited(f"event {seq} goes back to step position {record.position}")
             window[record.position] = (record, event_type, payload)
-            self._scanned_seq, self._scanned_position = seq, record.position
+            self._scanned_position = record.position
         self._window = window
         self._rows = {
             r.position: r for r in store.step_rows(row.sid, position, self._scanned_position)
@@ -907,7 +911,7 @@ class Session:
         cached = self._window.get(record.position)
         if cached is not None and cached[0].event_seq == record.event_seq:
             return cached[1], cached[2]
-        event = self._journal.store.event(self._journal.row, record.event_seq)
+        event = self._journal.history.event(record.event_seq)
         return event.type.value, event.payload
 
     def _outcome_payload(self, record: StepRecord) -> dict[str, Any]:
@@ -925,8 +929,7 @@ class Session:
 
     def _recorded_decision(self, step_id: str, position: int, gate: str) -> dict[str, Any] | None:
         """The newest valid decision for this approval while what it approved is unchanged."""
-        store, row = self._journal.store, self._journal.row
-        for event in reversed(store.events_of_type(row, EventType.APPROVAL_DECIDED)):
+        for event in reversed(self._journal.history.of_type(EventType.APPROVAL_DECIDED)):
             p = event.payload
             if p.get("step") != step_id or p.get("position") != position:
                 continue
@@ -942,12 +945,11 @@ class Session:
         return None
 
     def _conversation(self) -> list[dict[str, Any]]:
-        if self._history is None:
-            import json
-
-            rows = self._journal.store.messages(self._journal.row.sid)
-            self._history = [json.loads(r.content) for r in rows]
-        return self._history
+        if self._transcript is None:
+            # Each message held to the digest its step's event recorded of it.
+            rows = self._journal.history.messages()
+            self._transcript = [json.loads(r.content) for r in rows]
+        return self._transcript
 
     def _notice(
         self, position: int, step_id: str, kind: StepKind, task: str | None, title: str | None

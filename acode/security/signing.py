@@ -1,17 +1,19 @@
-"""Checkpoint and approval signatures: HMAC-SHA256 with a per-user key.
+"""The user's key: checkpoint and approval signatures (HMAC-SHA256) and the keys of
+sessions' hash chains (acode.domain.chain).
 
 The key comes from ``ACODE_CHECKPOINT_SECRET`` or, when that is unset, from a key
 file created once with mode 0600 in the user's config directory. Someone who can
-edit the database but not read that key cannot forge a checkpoint or an approval.
+edit the database but not read that key can neither edit nor forge an event, a
+checkpoint or an approval.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 from pathlib import Path
 
+from acode.domain.chain import CHAIN_VERSION, ChainKey, Mac
 from acode.errors import CheckpointError, ErrorCode
 
 __all__ = ["SECRET_ENV", "TAG_BYTES", "Signer", "key_path", "load_signer"]
@@ -25,44 +27,40 @@ def key_path() -> Path:
     return Path(base) / "acode" / "checkpoint.key"
 
 
-_BLOCK = 64  # SHA-256's block size, which HMAC pads its key to
+# A key's id: the first bytes of its HMAC of this text. Stored with each session, it
+# tells a key that changed from a history that was edited; it reveals nothing of the key.
+_KEY_ID_MESSAGE = b"acode-key-id"
 
 
 class Signer:
+    """The user's key: checkpoint and approval signatures, the keys of sessions' chains."""
+
     def __init__(self, key: bytes) -> None:
-        # RFC 2104 section 4: the hash states after the key's two padded blocks are the
-        # same for every message, so they are computed once and copied. A checkpoint is
-        # signed at every step, and hmac.digest spent more on setting up OpenSSL's MAC
-        # and hashing the key again than on the message.
-        if len(key) > _BLOCK:
-            key = hashlib.sha256(key).digest()
-        key = key.ljust(_BLOCK, b"\0")
-        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in key))
-        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in key))
+        self._key = Mac(key)
+        self.key_id = self._key.digest(_KEY_ID_MESSAGE)[:4].hex()
 
     def sign(self, message: bytes) -> str:
         """The whole HMAC-SHA256, in hex (approvals)."""
-        return self._mac(message).hex()
+        return self._key.digest(message).hex()
 
     def tag(self, message: bytes) -> bytes:
         """The HMAC-SHA256 truncated to 16 bytes (checkpoints, one at every step). RFC
         2104 allows truncating to half the hash: forging one still takes 2^128 tries."""
-        return self._mac(message)[:TAG_BYTES]
+        return self._key.digest(message)[:TAG_BYTES]
 
     def verify(self, message: bytes, signature: str) -> bool:
         """Whether ``signature`` (hex) is this key's whole HMAC of ``message`` or, for a
         checkpoint, its 16-byte tag; any other length is refused."""
-        full = self._mac(message).hex()
+        full = self._key.digest(message).hex()
         if len(signature) not in (len(full), 2 * TAG_BYTES):
             return False
         return hmac.compare_digest(full[: len(signature)], signature)
 
-    def _mac(self, message: bytes) -> bytes:
-        inner = self._inner.copy()
-        inner.update(message)
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        return outer.digest()
+    def chain_key(self, session_id: str) -> ChainKey:
+        """The key of session ``session_id``'s chain, derived from this one: a link made
+        for one session is worth nothing in another."""
+        derived = self._key.digest(f"acode-chain:v{CHAIN_VERSION}\n{session_id}".encode())
+        return ChainKey(Mac(derived), session_id)
 
 
 def load_signer() -> Signer:

@@ -33,6 +33,8 @@ class SessionRow(NamedTuple):
     current_task: str | None
     current_step: str | None
     archived: bool
+    chain: int  # the version of its hash chain (acode.domain.chain), schema 7
+    key_id: str | None  # the key its chain is made with (Signer.key_id); None: not known
     short_id: str = ""  # the shortest unique prefix, at least 8 characters
 
 

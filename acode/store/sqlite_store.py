@@ -43,11 +43,11 @@ def key(sid: int, n: int) -> int:
 # ``SqliteStore._session`` adds: the two NULLs are its current task and step.
 _SESSION_COLUMNS = (
     "sid, id, title, state, workspace, parent_id, kind, config, config_hash,"
-    " created_at, updated_at, NULL, NULL, archived"
+    " created_at, updated_at, NULL, NULL, archived, chain, key_id"
 )
 INSERT_SESSION = (
     "INSERT INTO sessions (id, title, state, workspace, parent_id, kind, config, config_hash,"
-    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " created_at, updated_at, key_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 SELECT_SESSION_BY_ID = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?"
 SELECT_SESSIONS_BY_PREFIX = (
@@ -86,6 +86,10 @@ SELECT_STEP_EVENTS = (
     f" AND type IN ({_STEP_TYPES})"
     " ORDER BY id LIMIT ?"
 )
+SELECT_EVENT_ROWS = (
+    f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? AND id < ? ORDER BY id LIMIT ?"
+)
+SELECT_HASHES_AT = "SELECT seq, hash FROM events WHERE id IN ({})"  # {}: the ?s
 # The step id ledger (schema 6): every id named by an event up to the newest one whose
 # checkpoint wrote its summary out; the ids of the events after it are read from them.
 INSERT_STEP_ID = "INSERT OR IGNORE INTO step_ids (sid, step_id) VALUES (?, ?)"
@@ -126,6 +130,10 @@ SELECT_EVENT_CHECKPOINTS = (
     f"SELECT {_CHECKPOINT_COLUMNS} FROM events"
     " WHERE id > ? AND id < ? AND signature IS NOT NULL ORDER BY id DESC LIMIT ?"
 )
+SELECT_EVENT_CHECKPOINTS_ASCENDING = (
+    f"SELECT {_CHECKPOINT_COLUMNS} FROM events"
+    " WHERE id > ? AND id < ? AND signature IS NOT NULL ORDER BY id LIMIT ?"
+)
 SELECT_WRITTEN_CHECKPOINTS = (
     f"SELECT {_CHECKPOINT_COLUMNS} FROM events WHERE id > ? AND id < ?"
     " AND signature IS NOT NULL AND checkpoint IS NOT NULL ORDER BY id DESC LIMIT 2"
@@ -136,6 +144,18 @@ SELECT_SUMMARY_BEFORE = (
     "SELECT seq, CAST(checkpoint AS BLOB) FROM events"
     " WHERE id > ? AND id < ? AND checkpoint IS NOT NULL ORDER BY id DESC LIMIT 1"
 )
+# A session's history chained again under the key (schema 7, SqliteStore.rechain): the
+# one UPDATE of events there is, with the trigger that forbids it dropped and made again
+# (as 0005_compact_events.sql makes it) in the same transaction.
+SELECT_CHAIN = "SELECT chain FROM sessions WHERE sid = ?"
+DROP_EVENTS_UPDATE_TRIGGER = "DROP TRIGGER events_are_append_only_update"
+CREATE_EVENTS_UPDATE_TRIGGER = (
+    "CREATE TRIGGER events_are_append_only_update BEFORE UPDATE ON events\n"
+    "BEGIN\n    SELECT RAISE(ABORT, 'events are append-only');\nEND"
+)
+RECHAIN_EVENT = "UPDATE events SET payload = ?, hash = ?, signature = ? WHERE id = ?"
+RECHAIN_OLD_CHECKPOINT = "UPDATE checkpoints SET head = ?, signature = ? WHERE sid = ? AND id = ?"
+MARK_RECHAINED = "UPDATE sessions SET chain = ?, key_id = ? WHERE sid = ?"
 # What versions before schema 4 wrote: two slots per session, read, never written.
 SELECT_CHECKPOINTS = (
     "SELECT id, seq, summary, head, signature, created_at FROM checkpoints WHERE sid = ?"
@@ -299,6 +319,7 @@ class SqliteStore:
         config_hash: str,
         parent_id: str | None,
         created_at: int,
+        key_id: str,
         first: Commit,
     ) -> SessionRow:
         try:
@@ -316,6 +337,7 @@ class SqliteStore:
                         config_hash,
                         created_at,
                         created_at,
+                        key_id,
                     ),
                 )
                 _run(conn, _statements(int(cur.lastrowid or 0), first))
@@ -332,7 +354,7 @@ class SqliteStore:
     def _session(self, row: tuple[Any, ...]) -> SessionRow:
         """A sessions row with the time, task and step of its newest checkpoint."""
         values = list(row)
-        values[-1] = bool(values[-1])
+        values[13] = bool(values[13])  # archived
         session = SessionRow(*values)
         newest = self.newest_checkpoint(session)
         if newest is None:
@@ -403,6 +425,39 @@ class SqliteStore:
             "permissions, then continue with `acode resume`",
         )
 
+    def rechain(
+        self,
+        session: SessionRow,
+        events: Sequence[tuple[int, str, bytes, bytes | None]],
+        old_checkpoints: Sequence[tuple[int, bytes, str]],
+        chain: int,
+        key_id: str,
+    ) -> bool:
+        """Record session ``session``'s history again under chain version ``chain``, in
+        one transaction: each event's (seq, payload JSON, hash, checkpoint signature),
+        each checkpoint of the old table's (id, head, signature). The only change events
+        ever take (acode/runtime/rechain.py checks the history first); False when another
+        process did it first."""
+        try:
+            with atomic(self.conn) as conn:
+                found = conn.execute(SELECT_CHAIN, (session.sid,)).fetchone()
+                if found is None or found[0] == chain:
+                    return False
+                conn.execute(DROP_EVENTS_UPDATE_TRIGGER)
+                conn.executemany(
+                    RECHAIN_EVENT,
+                    [(p, h, s, key(session.sid, seq)) for seq, p, h, s in events],
+                )
+                conn.execute(CREATE_EVENTS_UPDATE_TRIGGER)
+                conn.executemany(
+                    RECHAIN_OLD_CHECKPOINT,
+                    [(head, sig, session.sid, cp_id) for cp_id, head, sig in old_checkpoints],
+                )
+                conn.execute(MARK_RECHAINED, (chain, key_id, session.sid))
+        except sqlite3.Error as exc:
+            raise self._write_error(exc) from exc
+        return True
+
     # -- reads ----------------------------------------------------------------------
 
     def events(self, session: SessionRow, after_seq: int = 0) -> list[Event]:
@@ -435,13 +490,28 @@ class SqliteStore:
         rows = self.conn.execute(SELECT_EVENTS_OF_TYPE, (*bounds, type_.value)).fetchall()
         return [event_from_row(session.id, r) for r in rows]
 
-    def step_events(
+    def event_rows(
         self, session: SessionRow, after_seq: int, limit: int
-    ) -> list[tuple[int, str, str]]:
-        """Up to ``limit`` events about steps after ``after_seq``, as (seq, type, payload
-        JSON), in order: a replay reads a long session in windows, not row by row."""
-        bounds = (key(session.sid, after_seq), key(session.sid + 1, 0))
-        return self.conn.execute(SELECT_STEP_EVENTS, (*bounds, limit)).fetchall()
+    ) -> list[tuple[int, str, int, str, str, bytes]]:
+        """Up to ``limit`` events after ``after_seq``, in order, as rows (seq, event id,
+        time, type, payload JSON, hash): a replay reads a long session in windows, each
+        event checked against its chain, with no Event built but for what it uses."""
+        bounds = (key(session.sid, after_seq), key(session.sid + 1, 0), limit)
+        return [
+            (seq, _event_id(event_id), ts, type_, payload, bytes(hash_))
+            for seq, event_id, ts, type_, payload, hash_ in self.conn.execute(
+                SELECT_EVENT_ROWS, bounds
+            )
+        ]
+
+    def hashes(self, session: SessionRow, seqs: Sequence[int]) -> dict[int, bytes]:
+        """The stored hashes of events ``seqs`` that exist, by number: what the events
+        after them link to."""
+        if not seqs:
+            return {}
+        sql = SELECT_HASHES_AT.format(", ".join("?" * len(seqs)))
+        rows = self.conn.execute(sql, [key(session.sid, seq) for seq in seqs])
+        return {int(seq): bytes(hash_) for seq, hash_ in rows}
 
     def unfinished_steps(self, sid: int) -> list[StepRecord]:
         """Steps that did not complete: in progress, rolled back for a retry, or failed."""
@@ -520,6 +590,22 @@ class SqliteStore:
             r for r in self.conn.execute(SELECT_WRITTEN_CHECKPOINTS, bounds) if r[0] not in taken
         ]
         return [self._checkpoint(session, r) for r in rows] + old
+
+    def checkpoint_rows(
+        self, session: SessionRow
+    ) -> list[tuple[int, str | None, bytes | None, int]]:
+        """Every checkpoint in an event row, in order, as stored: (seq, summary text or
+        None where it is derived, signature, time). Old-table ones: ``old_checkpoints``."""
+        bounds = (*self._checkpoint_bounds(session.sid, []), -1)
+        rows = self.conn.execute(SELECT_EVENT_CHECKPOINTS_ASCENDING, bounds)
+        return [
+            (int(seq), None if text is None else text.decode("utf-8", "replace"), sig, int(ts))
+            for seq, text, _, sig, ts in rows
+        ]
+
+    def old_checkpoints(self, session: SessionRow) -> list[CheckpointRow]:
+        """The checkpoints acode kept in their own table before schema 4, newest first."""
+        return self._old_checkpoints(session.sid)
 
     def newest_checkpoint(self, session: SessionRow) -> CheckpointRow | None:
         """The newest checkpoint, unverified: what a list of sessions shows."""

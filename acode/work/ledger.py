@@ -19,16 +19,17 @@ from acode.domain.events import EventType
 from acode.domain.states import SessionState
 from acode.errors import SessionLockedError
 from acode.runtime.clock import SystemClock
+from acode.runtime.history import History
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, take_lock
 from acode.runtime.locks import SessionLock
 from acode.runtime.session import Session
 from acode.runtime.sync_link import open_sync_link
-from acode.security.signing import load_signer
+from acode.security.signing import Signer, load_signer
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
 
-__all__ = ["append_to", "held", "is_open", "recorded_results"]
+__all__ = ["append_to", "held", "is_open", "recorded_results", "verified"]
 
 _LOCK_POLL_SECONDS = 0.05
 
@@ -81,12 +82,18 @@ def held(ws: Workspace, name: str, *, wait_seconds: float = 10.0) -> Iterator[No
         lock.release()
 
 
-def recorded_results(store: SqliteStore, row: SessionRow) -> list[tuple[str, Any]]:
-    """(step id, result) of every completed step, in order: what a ledger holds."""
+def recorded_results(history: History) -> list[tuple[str, Any]]:
+    """(step id, result) of every completed step, in order: what a ledger holds, each
+    event checked on its session's chain."""
     return [
         (event.payload["step"], event.payload.get("result"))
-        for event in store.events_of_type(row, EventType.STEP_COMPLETED)
+        for event in history.of_type(EventType.STEP_COMPLETED)
     ]
+
+
+def verified(store: SqliteStore, row: SessionRow, signer: Signer) -> History:
+    """The history of ledger session ``row``, from its newest checkpoint verified."""
+    return Journal.load(store, row, SystemClock(), signer).history
 
 
 def is_open(row: SessionRow) -> bool:

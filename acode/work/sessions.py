@@ -45,9 +45,10 @@ from acode.runtime.clock import SystemClock
 from acode.runtime.files import atomic_write
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
+from acode.security.signing import Signer, load_signer
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
-from acode.work.ledger import append_to, held, recorded_results
+from acode.work.ledger import append_to, held, recorded_results, verified
 from acode.work.prompts import rebuilt_prompt, resume_prompt, start_prompt
 from acode.work.tasks import add_task, find_task, list_tasks, set_task_status
 
@@ -127,8 +128,9 @@ def _work_row(store: SqliteStore, id_or_prefix: str) -> SessionRow:
     return row
 
 
-def _load(store: SqliteStore, row: SessionRow) -> WorkSession:
-    results = dict(recorded_results(store, row))
+def _load(store: SqliteStore, row: SessionRow, signer: Signer) -> WorkSession:
+    """Work session ``row`` as its history, checked on its chain, records it."""
+    results = dict(recorded_results(verified(store, row, signer)))
     opened = results.get("open")
     if not isinstance(opened, dict):
         raise WorkNotFoundError(
@@ -158,17 +160,17 @@ def _load(store: SqliteStore, row: SessionRow) -> WorkSession:
         ai_session_id=current,
         engine_sessions=engine_sessions,
         breadcrumbs=tuple(crumbs),
-        subtasks=tuple(_subtasks(store, row)),
+        subtasks=tuple(_subtasks(store, row, signer)),
         closed_at=closing["at"] if closing else None,
         summary=closing.get("summary") if closing else None,
     )
 
 
-def _subtasks(store: SqliteStore, parent: SessionRow) -> Iterator[Subtask]:
+def _subtasks(store: SqliteStore, parent: SessionRow, signer: Signer) -> Iterator[Subtask]:
     for child in reversed(store.sessions()):  # oldest first
         if child.kind != _KIND or child.parent_id != parent.id:
             continue
-        results = dict(recorded_results(store, child))
+        results = dict(recorded_results(verified(store, child, signer)))
         opened, closing = results.get("open"), results.get("close")
         if not isinstance(opened, dict):
             continue
@@ -183,7 +185,7 @@ def _subtasks(store: SqliteStore, parent: SessionRow) -> Iterator[Subtask]:
 def work_session(ws: Workspace, id_or_prefix: str) -> WorkSession:
     store = _store(ws)
     try:
-        return _load(store, _work_row(store, id_or_prefix))
+        return _load(store, _work_row(store, id_or_prefix), load_signer())
     finally:
         store.close()
 
@@ -192,10 +194,11 @@ def list_work_sessions(ws: Workspace) -> list[WorkSession]:
     store = _store(ws)
     try:
         rows = [r for r in store.sessions() if r.kind == _KIND]
+        signer = load_signer()
         found = []
         for row in rows:
             try:
-                found.append(_load(store, row))
+                found.append(_load(store, row, signer))
             except WorkNotFoundError:
                 continue  # killed before its opening record: nothing to show
         return found
@@ -238,7 +241,7 @@ def _render(ws: Workspace, wsession: WorkSession) -> None:
 def _refresh(ws: Workspace, session_id: str) -> WorkSession:
     store = _store(ws)
     try:
-        wsession = _load(store, store.session(session_id))
+        wsession = _load(store, store.session(session_id), load_signer())
     finally:
         store.close()
     _render(ws, wsession)
@@ -353,7 +356,7 @@ def _record_turn(ws: Workspace, wsession_id: str, how: str, turn: EngineTurn) ->
 
 
 def _steps_with_prefix(journal: Journal, prefix: str) -> Iterator[str]:
-    for step_id, _ in recorded_results(journal.store, journal.row):
+    for step_id, _ in recorded_results(journal.history):
         if step_id.startswith(prefix):
             yield step_id
 

@@ -71,7 +71,7 @@ def task_ledger(ws: Workspace) -> Iterator[tuple[Session, dict[str, Task]]]:
 def _recorded(session: Session) -> dict[str, Task]:
     journal = session.journal
     tasks: dict[str, Task] = {}
-    for _, result in recorded_results(journal.store, journal.row):
+    for _, result in recorded_results(journal.history):
         if isinstance(result, dict) and "task" in result:
             task = parse_task(result["task"], "the task ledger")
             tasks[task.id] = task
@@ -120,7 +120,7 @@ def _record(session: Session, task: Task, *, source: str) -> None:
 
 def _step_ids(session: Session) -> list[str]:
     journal = session.journal
-    return [step_id for step_id, _ in recorded_results(journal.store, journal.row)]
+    return [step_id for step_id, _ in recorded_results(journal.history)]
 
 
 def _write_file(ws: Workspace, task: Task) -> None:

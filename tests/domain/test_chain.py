@@ -8,7 +8,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acode.domain.chain import event_hash, genesis_hash
+from acode.domain.chain import LINK_BYTES, ChainKey, Mac, event_hash, genesis_hash
 from acode.domain.events import Event, EventType
 from acode.domain.ids import uuid7
 from acode.domain.states import SessionState
@@ -134,3 +134,55 @@ def test_the_hash_of_an_event_is_what_every_acode_version_wrote() -> None:
         '{"position":6,"result":{"ok":true},"step":"s6"}',
     )
     assert head.hex() == "e4609979dae229465c1e5b2266ef0579d2b9f10c8a5a61e2f2ae771098e4c61e"
+
+
+# -- version 2: the keyed chain --------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=150), st.binary(max_size=300))
+def test_the_mac_is_hmac_sha256(key: bytes, message: bytes) -> None:
+    """Against the standard library's HMAC as the oracle, keys longer than a block too."""
+    import hashlib
+    import hmac
+
+    assert Mac(key).digest(message) == hmac.new(key, message, hashlib.sha256).digest()
+
+
+def keyed(key: ChainKey, events: list[Event]) -> list[bytes]:
+    hashes: list[bytes] = []
+    previous = key.genesis
+    for e in events:
+        previous = key.link(previous, e.seq, e.event_id, e.ts_us, e.type.value, e.payload_json)
+        hashes.append(previous)
+    return hashes
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data(), st.integers(1, 5))
+def test_editing_any_field_of_any_event_changes_its_keyed_link(
+    data: st.DataObject, length: int
+) -> None:
+    key = ChainKey(Mac(b"k" * 32), SESSION)
+    events = sample_history(length)
+    index = data.draw(st.integers(0, len(events) - 1))
+    edited = list(events)
+    edited[index] = data.draw(edits(events[index]))
+    before, after = keyed(key, events), keyed(key, edited)
+    assert after[:index] == before[:index]
+    assert all(a != b for a, b in zip(after[index:], before[index:], strict=True))
+
+
+def test_a_link_is_what_this_version_writes() -> None:
+    """Fixed values: histories written with this version must verify in later ones."""
+    key = ChainKey(Mac(b"fixture-key-not-a-key"), "01a21687-de37-7000-8000-000000000001")
+    link = key.link(
+        key.genesis,
+        1,
+        "01a21687-de37-7001-8000-0000000000aa",
+        1795673288517327,
+        "session_created",
+        '{"title":"t","v":1}',
+    )
+    assert len(link) == LINK_BYTES
+    assert link.hex() == "a572eabaeeb2e933ee46450bbe843264"

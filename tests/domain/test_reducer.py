@@ -217,6 +217,9 @@ def histories(draw: st.DrawFn) -> Generated:
                 steps_failed=want.steps_failed + (type_ is T.STEP_FAILED),
                 pending_approval=step_id
                 if type_ is T.APPROVAL_REQUESTED
+                # A failed approval step no longer waits (the caller went on without it).
+                else None
+                if type_ is T.STEP_FAILED and want.pending_approval == step_id
                 else want.pending_approval,
             )
     return h, replace(want, seq=len(h.events)), statuses

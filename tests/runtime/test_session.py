@@ -519,21 +519,37 @@ def _interrupted(ws: Path) -> str:
     return s.id
 
 
-def test_a_replay_reads_a_payload_json_loads_would_read(workspace: Path) -> None:
-    sid = _interrupted(workspace)
-    _edit_first_result(workspace, "' ' || payload || ' '")  # the same JSON, spaced out
-    with acode.resume_session(sid, workspace=workspace) as s:
-        assert s.step("s0", lambda ctx: None) == {"i": 0, "ok": [True, None]}
+def test_a_payload_is_decoded_as_json_loads_would_decode_it() -> None:
+    from acode.runtime.session import _object
+
+    assert _object('{"i":0,"ok":[true,null]}') == {"i": 0, "ok": [True, None]}
+    assert _object(' {"i": 0} ') == {"i": 0}  # not acode's canonical form: json.loads reads it
 
 
-@pytest.mark.parametrize("payload", ["'[1, 2]'", "payload || ' {}'", "'{\"step\": '"])
-def test_a_replay_refuses_a_payload_that_is_not_one_object(workspace: Path, payload: str) -> None:
+@pytest.mark.parametrize("payload", ["[1, 2]", '{"step": 1} {}', '{"step": '])
+def test_a_payload_that_is_not_one_object_is_refused(payload: str) -> None:
+    from acode.runtime.session import _object
+
+    with pytest.raises(ValueError):  # noqa: PT011 (json's and acode's own messages alike)
+        _object(payload)
+
+
+@pytest.mark.parametrize("payload", ["' ' || payload || ' '", "'[1, 2]'", "payload || ' {}'"])
+def test_an_edited_payload_never_reaches_the_replay(workspace: Path, payload: str) -> None:
     sid = _interrupted(workspace)
     _edit_first_result(workspace, payload)
-    s = acode.resume_session(sid, workspace=workspace)
+    s = acode.resume_session(sid, workspace=workspace)  # it reads the newest events
     try:
-        with pytest.raises(acode.AcodeError, match="names no step"):
-            s.step("s0", lambda ctx: None)
+        # The replay checks each event it reads: the edited one never reaches the caller,
+        # and the session takes nothing more, even from a caller that goes on.
+        for call in (
+            lambda: s.step("s0", lambda ctx: None),
+            lambda: s.step("other", lambda ctx: None),
+            s.complete,
+        ):
+            with pytest.raises(acode.AcodeError, match=r"event 3 .* does not match its hash"):
+                call()
+        assert s.state.value == "EXECUTING"
     finally:
         s.close()
 

@@ -60,7 +60,11 @@ def older_database(
     ``older_step(session_id, payload)`` edits it further. Commits when the block ends."""
     db = StatePaths(ws).db
     with closing(sqlite3.connect(db)) as new:
-        sessions = new.execute("SELECT * FROM sessions").fetchall()
+        # The columns every version since the first has (schema 7 added two).
+        sessions = new.execute(
+            "SELECT sid, id, title, state, workspace, parent_id, kind, config, config_hash,"
+            " created_at, updated_at, archived FROM sessions"
+        ).fetchall()
         rows = new.execute(
             "SELECT sid, seq, event_id, ts, type, payload, signature FROM events ORDER BY id"
         ).fetchall()

@@ -2,9 +2,9 @@
 
 A session recorded by an older acode (schema 3: WITHOUT ROWID tables, a two-slot
 `checkpoints` table, version 1 summaries, idempotency keys in the events) upgrades and
-resumes; the new checkpoint column is protected by its signature, falls back to the
-previous checkpoint when damaged, and replaying a session returns exactly what the
-first run returned.
+resumes; the new checkpoint column is protected by its signature (a damaged one is
+refused, never passed over for an older one), and replaying a session returns exactly
+what the first run returned.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_a_session_recorded_by_schema_3_upgrades_resumes_and_verifies(workspace:
     store.close()
 
 
-def test_an_upgraded_session_falls_back_to_its_older_checkpoint(workspace: Path) -> None:
+def test_an_upgraded_session_with_a_damaged_old_checkpoint_is_refused(workspace: Path) -> None:
     sid = _paused(workspace, 3)
     _as_schema_3(workspace)
     open_store(StatePaths(workspace).db).close()  # the upgrade alone
@@ -134,10 +134,10 @@ def test_an_upgraded_session_falls_back_to_its_older_checkpoint(workspace: Path)
             "UPDATE checkpoints SET signature = 'damaged'"
             " WHERE id = (SELECT max(id) FROM checkpoints)"
         )
-    with acode.resume_session(sid, workspace=workspace) as r:
-        assert r.steps_completed == 3
-        for i in range(3):
-            r.step(f"s{i}", lambda ctx: pytest.fail("ran again"))
+    # Chained again under the key only once every checkpoint verifies: not this one.
+    with pytest.raises(CheckpointError, match="cannot be verified with this key") as info:
+        acode.resume_session(sid, workspace=workspace)
+    assert info.value.code is ErrorCode.CHECKPOINT_INVALID
 
 
 def _load(ws: Path, sid: str) -> Journal:
@@ -158,11 +158,9 @@ def _newest_checkpoint_seq(conn: sqlite3.Connection) -> int:
         # A summary written into the newest checkpoint, which left its own out, saying
         # more steps were done than were.
         'UPDATE events SET checkpoint = \'[2,"PAUSED",9,9,"s2"]\' WHERE seq = ?',
-        "UPDATE events SET signature = NULL WHERE seq = ?",
         "UPDATE events SET signature = substr(signature, 1, 15) || x'00' WHERE seq = ?",
         "UPDATE events SET signature = 'damaged' WHERE seq = ?",
-        # The summary the newest checkpoints derive theirs from, damaged: they fail, and
-        # so does the one that wrote it; an older one that wrote its own is loaded.
+        # The summary the newest checkpoints derive theirs from, damaged.
         "UPDATE events SET checkpoint = x'ff' || checkpoint WHERE seq ="
         " (SELECT max(seq) FROM events WHERE checkpoint NOTNULL AND seq <= ?)",
         # Another event's signed checkpoint, moved onto this one.
@@ -170,15 +168,27 @@ def _newest_checkpoint_seq(conn: sqlite3.Connection) -> int:
         " WHERE signature NOTNULL AND seq < ?1 ORDER BY seq DESC LIMIT 1) WHERE seq = ?1",
     ],
 )
-def test_an_edited_checkpoint_column_falls_back_to_the_previous_checkpoint(
-    workspace: Path, edit: str
-) -> None:
+def test_an_edited_checkpoint_column_is_refused_not_passed_over(workspace: Path, edit: str) -> None:
     sid = _paused(workspace, 3)
     with _raw(workspace) as conn:
         newest = _newest_checkpoint_seq(conn)
         assert conn.execute(edit, (newest,)).rowcount == 1
+    with pytest.raises(CheckpointError, match="newest checkpoint") as info:
+        _load(workspace, sid)
+    assert info.value.code is ErrorCode.CHECKPOINT_INVALID
+
+
+def test_a_checkpoint_taken_out_leaves_the_previous_one_and_the_events_it_vouches_for(
+    workspace: Path,
+) -> None:
+    """Without its signature an event is no checkpoint: the newest one before it is
+    loaded, and the events after that, each checked on its chain, are the same."""
+    sid = _paused(workspace, 3)
+    with _raw(workspace) as conn:
+        newest = _newest_checkpoint_seq(conn)
+        conn.execute("UPDATE events SET signature = NULL WHERE seq = ?", (newest,))
     journal = _load(workspace, sid)
-    assert journal.checkpoint_id < newest  # the previous one, then the events after it
+    assert journal.checkpoint_id < newest
     assert journal.summary is not None
     assert journal.summary.steps_completed == 3
     with acode.resume_session(sid, workspace=workspace) as r:
@@ -193,7 +203,7 @@ def test_with_both_checkpoints_edited_the_session_is_refused(workspace: Path) ->
             "UPDATE events SET checkpoint = replace(checkpoint, '[2,', '[2,\"x\",')"
             " WHERE checkpoint NOTNULL"
         )
-    with pytest.raises(CheckpointError, match="signature does not match") as info:
+    with pytest.raises(CheckpointError, match="not signed by the key") as info:
         acode.resume_session(sid, workspace=workspace)
     assert info.value.code is ErrorCode.CHECKPOINT_INVALID
 
@@ -202,7 +212,7 @@ def test_an_edited_title_invalidates_the_checkpoints_that_leave_it_out(workspace
     sid = _paused(workspace, 2)
     with _raw(workspace) as conn:
         conn.execute("UPDATE sessions SET title = 'renamed'")
-    with pytest.raises(CheckpointError, match="signature does not match"):
+    with pytest.raises(CheckpointError, match="not signed by the key"):
         acode.resume_session(sid, workspace=workspace)
 
 

@@ -89,11 +89,13 @@ def test_a_session_recorded_by_schema_4_upgrades_resumes_and_verifies(workspace:
         signatures = [
             len(r[0]) for r in conn.execute("SELECT signature FROM events WHERE signature NOTNULL")
         ]
+        hashes = {len(r[0]) for r in conn.execute("SELECT hash FROM events")}
     assert stored[: len(texts)] == [uuid_bytes(t) for t in texts]
     assert all(isinstance(s, bytes) and len(s) == 16 for s in stored)
-    # The old checkpoints keep their 32-byte signatures; the new ones are 16-byte tags.
-    assert signatures[: len(texts) - 2] == [32] * (len(texts) - 2)
-    assert set(signatures[len(texts) :]) == {16}
+    # Chained again under the key on loading (schema 7): every link and every checkpoint's
+    # signature made anew, 16 bytes each, where the old ones were 32.
+    assert set(signatures) == {16}
+    assert hashes == {16}
     store = open_store(StatePaths(workspace).db)
     try:
         row = store.session(sid)

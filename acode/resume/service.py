@@ -48,7 +48,9 @@ from acode.runtime.journal import Journal, verify_history
 from acode.runtime.lifecycle import Workspace, existing_workspace, session_config, take_lock
 from acode.runtime.log import log_event
 from acode.runtime.orphans import reap_orphans
+from acode.runtime.progress_file import ProgressFile, recorded_checkpoint
 from acode.runtime.sync_link import open_sync_link, sync_status
+from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
@@ -160,6 +162,28 @@ def _refuse(journal: Journal) -> None:
             f"session {row.short_id} was discarded",
             hint=f"its history stays readable: acode session history {row.short_id}",
         )
+
+
+def _cut_short(journal: Journal, paths: StatePaths, later: int | None = None) -> None:
+    """Refuse a history that ends before a position known elsewhere: what its progress
+    file named, or ``later`` (what the remote mirror holds). Cutting the newest events
+    off rolls a session back to an earlier, valid state, which nothing in the database
+    itself can tell; these can."""
+    summary = journal.summary
+    assert summary is not None
+    known = [(recorded_checkpoint(ProgressFile(paths).path(journal.row.id)), "its progress file")]
+    known.append((later, "the remote mirror"))
+    for seq, where in known:
+        if seq is not None and seq > summary.seq:
+            short = journal.row.short_id
+            raise CheckpointError(
+                f"session {short}: its history ends at event {summary.seq}, but {where} "
+                f"knows event {seq}: the newest events were cut off (the session rolled "
+                "back to an earlier state): the database was edited",
+                hint="refusing to use it; restore the database from a backup, or start a "
+                f"new session (`acode session history {short}` shows what is left)",
+                code=ErrorCode.CHAIN_BROKEN,
+            )
 
 
 def _kind(journal: Journal) -> str:
@@ -277,6 +301,7 @@ def preview_resume(
         signer = load_signer()
         journal = Journal.load(store, row, clock or SystemClock(), signer)
         _refuse(journal)
+        _cut_short(journal, ws.paths)
         if verify:
             verify_history(store, journal.row, signer)
         preview = _preview(journal, ws.config)
@@ -412,9 +437,12 @@ def _resume(
         journal = Journal.load(store, row, clock, signer)
         row = journal.row  # chained again under the key, if it was recorded before
         _refuse(journal)
+        _cut_short(journal, ws.paths)
         sync = open_sync_link(ws.paths, ws.config.sync.remote, row.id)
         if sync is not None:
-            sync.claim(ws.paths.db, row.short_id)  # pushes what waits, takes the lease
+            # Pushes what waits, takes the lease, and tells the remote's newest event.
+            remote = sync.claim(ws.paths.db, row.short_id)
+            _cut_short(journal, ws.paths, remote)
         recorded = recorded_config(row, journal.history)
         if verify:
             verify_history(store, row, signer)

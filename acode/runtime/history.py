@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from acode.domain.chain import ChainKey
 from acode.domain.events import Event, EventType, canonical_json
 from acode.domain.ids import SHORT_ID_LENGTH
-from acode.errors import CheckpointError, ErrorCode
+from acode.errors import CheckpointError, ErrorCode, StorageError
 from acode.security.signing import SECRET_ENV, key_path
 from acode.store.records import MessageRow, SessionRow
 
@@ -54,7 +54,10 @@ class History:
 
     def event(self, seq: int) -> Event:
         """Event ``seq``."""
-        event = self.store.event(self.row, seq)
+        try:
+            event = self.store.event(self.row, seq)
+        except StorageError:
+            raise self._edited(f"event {seq} is missing from the history") from None
         self.check(self._previous([seq])[seq], event)
         return event
 
@@ -99,7 +102,10 @@ class History:
             if row.idx != index:
                 raise self._edited(f"message {index} of the conversation is missing")
             by_seq.setdefault(row.seq, []).append(row)
-        events = self.store.events_at(self.row, sorted(by_seq))
+        try:
+            events = self.store.events_at(self.row, sorted(by_seq))
+        except StorageError as missing:
+            raise self._edited(f"a message names an event that {missing.message}") from None
         previous = self._previous(sorted(by_seq))
         for seq, group in by_seq.items():
             event = events[seq]

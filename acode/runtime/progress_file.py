@@ -37,7 +37,13 @@ from acode.store.sqlite_store import SqliteStore
 if TYPE_CHECKING:
     from acode.domain.plan import Plan
 
-__all__ = ["PROGRESS_FILE_NAME", "ProgressFile", "iso_time", "render_progress"]
+__all__ = [
+    "PROGRESS_FILE_NAME",
+    "ProgressFile",
+    "iso_time",
+    "recorded_checkpoint",
+    "render_progress",
+]
 
 PROGRESS_FILE_NAME = "progress.md"
 CUT_AT = 2000  # characters of one message or one result string shown in full
@@ -91,6 +97,22 @@ def render_progress(
         _execution_state(summary, records, _pending(store, row, plan)),
     ]
     return "\n\n".join(sections) + "\n"
+
+
+_CHECKPOINT_LINE = re.compile(
+    r"^- \*\*Last Checkpoint\*\*: .*\(checkpoint \d+, event (\d+)\)$", re.M
+)
+
+
+def recorded_checkpoint(path: Path) -> int | None:
+    """The event of the newest checkpoint the progress file at ``path`` names: a later
+    position of the history than its database may hold, if the history was cut short."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = _CHECKPOINT_LINE.search(text)
+    return int(found.group(1)) if found else None
 
 
 def _one_line(text: str) -> str:

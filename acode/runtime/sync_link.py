@@ -74,9 +74,10 @@ class SyncLink:
         self._held: list[SyncNotice] = []  # reported before there was an observer
         self._worker: SyncWorker | None = None
 
-    def claim(self, database: Path, short_id: str) -> None:
+    def claim(self, database: Path, short_id: str) -> int | None:
         """Before a resume writes anything: push the session's pending events and take
-        its lease; SessionLockedError (exit 16) when another process holds it."""
+        its lease; SessionLockedError (exit 16) when another process holds it. Returns
+        the newest event the remote holds of the session (None: it could not be asked)."""
         from acode.sync.notices import NoticeKind, SyncNotice
         from acode.sync.service import claim_session
 
@@ -100,6 +101,8 @@ class SyncLink:
                     pending=claim.pending,
                 )
             )
+            return None
+        return claim.newest
 
     def start(self, journal: Journal, observer: Observer) -> None:
         """Run the worker beside the session; every commit of ``journal`` wakes it."""

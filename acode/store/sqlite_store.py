@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from acode.domain.events import Event, EventType
-from acode.domain.ids import uuid_bytes, uuid_text
+from acode.domain.ids import SHORT_ID_LENGTH, uuid_bytes, uuid_text
 from acode.domain.reducer import (
     STEP_EVENT_TYPES,
     StepRecord,
@@ -23,7 +23,7 @@ from acode.domain.reducer import (
     step_record,
     step_status,
 )
-from acode.errors import CheckpointError, StorageError
+from acode.errors import CheckpointError, ErrorCode, StorageError
 from acode.store.blobs import INSERT_BLOB, compress, get_blob
 from acode.store.connection import Durability, atomic, connect
 from acode.store.migrations import migrate
@@ -186,7 +186,15 @@ _STATUS = {status.value: status for status in StepStatus}
 def _step(row: tuple[Any, ...]) -> StepRecord:
     # Positional and a dict for the status: a replay builds one of these per step.
     position, step_id, kind, status, attempt, task_id, input_hash, seq = row
-    return StepRecord(position, step_id, kind, _STATUS[status], attempt, task_id, input_hash, seq)
+    found = _STATUS.get(status)
+    if found is None:
+        raise CheckpointError(
+            f"the steps table gives step {step_id!r} a status acode never writes "
+            f"({str(status)[:40]!r}): the database was edited",
+            hint="the history is kept unchanged for inspection (`acode session history`)",
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+    return StepRecord(position, step_id, kind, found, attempt, task_id, input_hash, seq)
 
 
 def _signature(value: bytes | None) -> str:
@@ -208,12 +216,21 @@ def _current(cp: CheckpointRow, title: str) -> tuple[str | None, str | None]:
 def event_from_row(session_id: str, row: tuple[Any, ...]) -> Event:
     """An event from the columns of ``_EVENT_COLUMNS``."""
     seq, event_id, ts, type_, payload, hash_ = row
+    try:
+        type_ = EventType(str(type_))
+    except ValueError:
+        raise CheckpointError(
+            f"session {session_id[:SHORT_ID_LENGTH]}: event {seq} is of a type acode never "
+            f"writes ({str(type_)[:40]!r}): the database was edited",
+            hint="the history is kept unchanged for inspection (`acode session history`)",
+            code=ErrorCode.CHAIN_BROKEN,
+        ) from None
     return Event(
         session_id=session_id,
         seq=int(seq),
         event_id=_event_id(event_id),
         ts_us=int(ts),
-        type=EventType(str(type_)),
+        type=type_,
         payload_json=str(payload),
         hash=bytes(hash_),
     )

@@ -77,6 +77,7 @@ RELEASE_LEASE = (
     "UPDATE acode.sessions SET lease_holder = NULL, lease_host = NULL, lease_pid = NULL,"
     " lease_since = NULL, lease_expires = NULL WHERE id = %s AND lease_holder = %s"
 )
+SELECT_NEWEST_SEQ = "SELECT coalesce(max(seq), 0) FROM acode.events WHERE session_id = %s"
 SELECT_SESSIONS = (
     "SELECT s.id, s.title, s.state, s.workspace, s.host, s.created_at, s.updated_at,"
     " (SELECT coalesce(max(e.seq), 0) FROM acode.events e WHERE e.session_id = s.id),"
@@ -332,6 +333,12 @@ class Remote:
             return None
         host, pid, since, expires = row
         return LeaseHolder(str(host), int(pid), since, expires)
+
+    def newest_seq(self, session_id: str) -> int:
+        """The newest event of the session the remote holds (0: none)."""
+        with self.translated():
+            row = self._conn.execute(SELECT_NEWEST_SEQ, (session_id,)).fetchone()
+        return int(row[0]) if row else 0
 
     def sessions(self) -> list[RemoteSession]:
         """Every session on the remote, most recently updated first."""

@@ -79,6 +79,7 @@ class Claim:
     reason: str | None = None  # the remote could not be asked: go on locally
     pushed: int = 0
     pending: int = 0  # events still waiting for the remote
+    newest: int = 0  # the newest event the remote holds of the session, once pushed
 
 
 @dataclass
@@ -236,6 +237,7 @@ def claim_session(
                 return
             try:
                 result = push_session(ledger, remote, session_id, now_us, lease=lease)
+                newest = remote.newest_seq(session_id)
             except RemoteUnavailable as exc:
                 pending = ledger.last_seq(sid) - ledger.state(sid).synced_seq
                 latest.value = Claim(name, reason=exc.reason, pending=pending)
@@ -243,7 +245,7 @@ def claim_session(
                 return
             finally:
                 remote.close()
-            latest.value = Claim(name, holder=result.holder, pushed=result.pushed)
+            latest.value = Claim(name, holder=result.holder, pushed=result.pushed, newest=newest)
         finally:
             store.close()
 

@@ -33,6 +33,7 @@ from acode.domain.work import (
 )
 from acode.errors import (
     AcodeError,
+    CheckpointError,
     CookieError,
     ErrorCode,
     SessionNotFoundError,
@@ -128,8 +129,46 @@ def _work_row(store: SqliteStore, id_or_prefix: str) -> SessionRow:
     return row
 
 
-def _load(store: SqliteStore, row: SessionRow, signer: Signer) -> WorkSession:
+def _load(ws: Workspace, store: SqliteStore, row: SessionRow, signer: Signer) -> WorkSession:
     """Work session ``row`` as its history, checked on its chain, records it."""
+    wsession = _from_results(store, row, signer)
+    _check_record(ws, wsession)
+    return wsession
+
+
+def _check_record(ws: Workspace, wsession: WorkSession) -> None:
+    """Its document in the repository (``_render``) may lag behind the history, never
+    lead it: one that holds more turns or breadcrumbs, or says it is closed when the
+    history does not, knows a later position: the history was cut short."""
+    path = ws.root / WSESSIONS_DIR / f"{wsession.id}.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # none yet, or not ours to read: nothing known of a later position
+    if not isinstance(record, dict):
+        return
+    ahead = [
+        what
+        for what, recorded, held in (
+            ("engine turns", record.get("engine_sessions"), wsession.engine_sessions),
+            ("breadcrumbs", record.get("breadcrumbs"), wsession.breadcrumbs),
+        )
+        if isinstance(recorded, list) and len(recorded) > len(held)
+    ]
+    if record.get("status") == "closed" and wsession.status != "closed":
+        ahead.append("its closing")
+    if ahead:
+        raise CheckpointError(
+            f"work session {wsession.id}: {path.relative_to(ws.root)} records "
+            f"{' and '.join(ahead)} its history does not hold: the newest events were cut "
+            "off (the database was edited)",
+            hint="refusing to use it; restore the database from a backup, or start a new "
+            f"work session on the task: acode work task {wsession.task_id}",
+            code=ErrorCode.CHAIN_BROKEN,
+        )
+
+
+def _from_results(store: SqliteStore, row: SessionRow, signer: Signer) -> WorkSession:
     results = dict(recorded_results(verified(store, row, signer)))
     opened = results.get("open")
     if not isinstance(opened, dict):
@@ -185,7 +224,7 @@ def _subtasks(store: SqliteStore, parent: SessionRow, signer: Signer) -> Iterato
 def work_session(ws: Workspace, id_or_prefix: str) -> WorkSession:
     store = _store(ws)
     try:
-        return _load(store, _work_row(store, id_or_prefix), load_signer())
+        return _load(ws, store, _work_row(store, id_or_prefix), load_signer())
     finally:
         store.close()
 
@@ -198,7 +237,7 @@ def list_work_sessions(ws: Workspace) -> list[WorkSession]:
         found = []
         for row in rows:
             try:
-                found.append(_load(store, row, signer))
+                found.append(_load(ws, store, row, signer))
             except WorkNotFoundError:
                 continue  # killed before its opening record: nothing to show
         return found
@@ -241,7 +280,7 @@ def _render(ws: Workspace, wsession: WorkSession) -> None:
 def _refresh(ws: Workspace, session_id: str) -> WorkSession:
     store = _store(ws)
     try:
-        wsession = _load(store, store.session(session_id), load_signer())
+        wsession = _load(ws, store, store.session(session_id), load_signer())
     finally:
         store.close()
     _render(ws, wsession)

@@ -11,8 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import typer
+
 from acode.cli.approval_prompt import ask_approval, show_gated
 from acode.cli.console import emit_json, err_console, out_console
+from acode.errors import EXIT_INTERRUPTED
 from acode.runtime.decide import Decision, PendingApproval, decide_approval, pending_approval
 from acode.security.redaction import redact, redact_json
 
@@ -56,15 +59,19 @@ def approve_command(
     approved = not deny
     # A --subject-hash says the decision was made on what a tool showed: not asked again.
     if approved and subject_hash is None and sys.stdin.isatty():
-        answer = ask_approval(
-            pending.step_id,
-            pending.question,
-            pending.gated,
-            denied="the session is cancelled when it is resumed",
-            ctrl_c="leave without recording a decision",
-        )
-        if answer is None:
-            raise KeyboardInterrupt  # the end of input: leave as Ctrl+C does
+        try:
+            answer = ask_approval(
+                pending.step_id,
+                pending.question,
+                pending.gated,
+                denied="the session is cancelled when it is resumed",
+                ctrl_c="leave without recording a decision",
+            )
+        except KeyboardInterrupt:
+            answer = None
+        if answer is None:  # Ctrl+C, or the end of input
+            err_console().print("\nNothing recorded.")
+            raise typer.Exit(EXIT_INTERRUPTED)
         approved = answer
     decision = decide_approval(
         session_id,

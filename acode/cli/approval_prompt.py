@@ -27,8 +27,8 @@ __all__ = ["ask_approval", "page", "show_gated"]
 # Lines of what an approval gates shown before the question; `v` shows them all.
 SHOWN_LINES = 40
 _NOTHING = (
-    "(nothing more to show: acode shows what the next step of a plan will do, and no plan "
-    "step follows this approval)"
+    "(nothing more to show: acode shows what the step of a plan file that follows an "
+    "approval will do, and here there is none)"
 )
 
 

@@ -43,7 +43,10 @@ def terminal_approver(observer: Observer, workspace: Path) -> Approver:
 
         view = view_of(request.subject)
         with quiet_screen(observer):
-            show_gated(view)
+            # Without a view the question is all there is: an agent's plan was shown as
+            # it was made, and the last step of a plan gates nothing.
+            if view is not None:
+                show_gated(view)
             answer = ask_approval(
                 request.step_id,
                 request.question,

@@ -20,7 +20,7 @@ from typing import Any
 from acode.domain.kinds import StepKind
 from acode.domain.plan import StepSpec
 from acode.domain.textdiff import unified_diff
-from acode.errors import StepFailedError, UsageError
+from acode.errors import AcodeError, StepFailedError, UsageError
 from acode.runtime.files import sha256_bytes
 from acode.runtime.git import commit_preview, is_work_tree
 
@@ -35,6 +35,7 @@ __all__ = [
 # The format of a subject made here; a subject of another shape (the agent's plan, a
 # library user's object) is not a view and is shown as its question alone.
 _VERSION = 1
+_SUBJECT_KEYS = {"v", "step", "heading", "text", "files"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def approval_subject(workspace: Path, gated: StepSpec | None) -> dict[str, Any] 
 
 def view_of(subject: object) -> GatedView | None:
     """The view a subject made here holds; None for a subject of any other shape."""
-    if not isinstance(subject, dict) or subject.get("v") != _VERSION:
+    if not isinstance(subject, dict) or subject.keys() != _SUBJECT_KEYS or subject["v"] != _VERSION:
         return None
     return GatedView(subject["step"], subject["heading"], subject["text"], tuple(subject["files"]))
 
@@ -95,8 +96,9 @@ def gated_view(workspace: Path, gated: StepSpec) -> GatedView:
                 return GatedView(step, f"{name} will run this command:", gated.target)
             case StepKind.WRITE | StepKind.EDIT:
                 return _file_change(workspace, gated, step, name)
-    except (StepFailedError, UsageError) as cannot:
-        heading = f"{name} cannot run as things stand: {cannot.message}"
+    except (StepFailedError, UsageError, OSError) as cannot:
+        reason = cannot.message if isinstance(cannot, AcodeError) else str(cannot)
+        heading = f"{name} cannot run as things stand: {reason}"
         return GatedView(step, heading, _step_text(step))
     return GatedView(step, f"{name}:", _step_text(step))
 

@@ -14,6 +14,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     ├── SessionLockedError         ACODE-RESUME-003 / ACODE-LOCK-*              exit 16
     ├── EnvironmentValidationError ACODE-RESUME-004                             exit 17
     ├── CheckpointError            ACODE-RESUME-005 / ACODE-CKPT-*              exit 1
+    ├── ApprovalChangedError       ACODE-APPROVE-001 (what it gates changed)    exit 1
     ├── NonDeterminismError        ACODE-RESUME-007                             exit 1
     ├── StepFailedError            a step's action failed                       exit 1
     ├── ModelError                 the model endpoint failed                    exit 1
@@ -34,6 +35,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "AcodeError",
     "AmbiguousSessionError",
+    "ApprovalChangedError",
     "ApprovalPending",
     "CheckpointError",
     "ConfigError",
@@ -75,6 +77,7 @@ class ErrorCode(StrEnum):
     CHECKPOINT_INVALID = "ACODE-CKPT-001"
     CHAIN_BROKEN = "ACODE-CKPT-002"
     KEY_CHANGED = "ACODE-CKPT-003"
+    APPROVAL_CHANGED = "ACODE-APPROVE-001"
     LOCK_PERMISSIONS = "ACODE-LOCK-001"
     LOCK_OWNER = "ACODE-LOCK-002"
     LOCK_HELD = "ACODE-LOCK-003"
@@ -150,6 +153,13 @@ class EnvironmentValidationError(AcodeError):
 
 class CheckpointError(AcodeError):
     code = ErrorCode.CHECKPOINT_INVALID
+
+
+class ApprovalChangedError(AcodeError):
+    """What an approval gates changed between showing it and recording the decision:
+    nothing was recorded."""
+
+    code = ErrorCode.APPROVAL_CHANGED
 
 
 class NonDeterminismError(AcodeError):

@@ -77,7 +77,7 @@ def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
             agent_task=req.task,
             overrides=req.overrides,
             observer=observer,
-            approver=terminal_approver(observer),
+            approver=terminal_approver(observer, req.workspace),
             interrupts=interrupts,
         )
         if req.as_json:

@@ -163,7 +163,7 @@ def _run_plan(plan_file: Path, ws: Path, as_json: bool) -> int:
             ws,
             plan=plan,
             observer=observer,
-            approver=terminal_approver(observer),
+            approver=terminal_approver(observer, ws),
             interrupts=interrupts,
         )
         _announce(
@@ -414,29 +414,31 @@ def approve(
         str | None, typer.Option("--step", help="The approval step (default: the waiting one).")
     ] = None,
     deny: Annotated[bool, typer.Option("--deny", help="Deny instead of approving.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Show what the approval gates; record nothing."),
+    ] = False,
+    subject_hash: Annotated[
+        str | None,
+        typer.Option(
+            "--subject-hash",
+            metavar="HASH",
+            help="Approve only if what it gates still has this hash (from --dry-run).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Record a decision for a session waiting on an approval; then `acode resume` it."""
-    from acode.cli.console import emit_json, out_console
-    from acode.runtime.decide import decide_approval
+    """Show what a waiting approval gates and record a decision; then `acode resume` it."""
+    from acode.cli.approve_command import approve_command
 
-    decision = decide_approval(session_id, workspace_dir(workspace), step=step, approved=not deny)
-    short = decision.short_id
-    if as_json:
-        emit_json(
-            {
-                "session": decision.session_id,
-                "step": decision.step_id,
-                "approved": decision.approved,
-                "by": decision.by,
-            }
-        )
-        return
-    verdict = "Approved" if decision.approved else "Denied"
-    out_console().print(
-        f"{verdict}: {decision.question} (session {short}, step {decision.step_id}).\n"
-        f"Continue with: acode resume {short}",
-        markup=False,
+    approve_command(
+        session_id,
+        workspace_dir(workspace),
+        step=step,
+        deny=deny,
+        dry_run=dry_run,
+        subject_hash=subject_hash,
+        as_json=as_json,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import sys
@@ -24,6 +25,7 @@ __all__ = [
     "iso",
     "keyboard",
     "out_console",
+    "printable",
     "render_error",
 ]
 
@@ -99,6 +101,23 @@ def _line(text: str) -> str:
 def keyboard() -> TextIO:
     # A TextIO for Rich's prompts, which call nothing but readline().
     return cast("TextIO", _Keyboard())
+
+
+# What a terminal acts on instead of showing: control characters (an escape sequence can
+# erase or rewrite lines already shown) and the invisible characters that reorder or hide
+# text (bidirectional overrides, zero-width marks).
+_UNSHOWABLE = r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]"
+
+
+def printable(text: str) -> str:
+    """``text`` with what a terminal would not show as it is written out as an escape
+    (``\\x1b``, ``\\u202e``): a person sees every character of what they review."""
+    return re.sub(_UNSHOWABLE, _escape, text)  # compiled on first use, then cached by re
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def emit_json(value: Any) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from acode.cli.console import count, emit_json, err_console, keyboard, out_console
+from acode.cli.console import count, emit_json, err_console, out_console
 from acode.cli.progress import RichObserver, quiet_screen
 from acode.domain.plan import Plan
 from acode.domain.states import SessionState
@@ -28,21 +29,39 @@ from acode.security.redaction import redact
 __all__ = ["drive", "drive_plan", "terminal_approver"]
 
 
-def terminal_approver(observer: Observer) -> Approver:
-    """Asks on the terminal, with the progress display out of the way; answers None
-    when there is no terminal to ask on."""
+def terminal_approver(observer: Observer, workspace: Path) -> Approver:
+    """Shows what the approval gates and asks on the terminal, with the progress display
+    out of the way; answers None when there is no terminal to ask on, at the end of
+    input, and when what the approval gates changed while the person decided (then the
+    session waits, and a resume shows it again)."""
 
     def ask(request: ApprovalRequest) -> bool | None:
         if not sys.stdin.isatty():
             return None
-        from rich.prompt import Confirm
+        from acode.cli.approval_prompt import ask_approval, show_gated
+        from acode.runtime.approval_view import changed_since_shown, view_of
 
+        view = view_of(request.subject)
         with quiet_screen(observer):
-            return Confirm.ask(
-                f"[bold yellow]Approval needed[/] ({request.step_id}): {request.question}",
-                console=err_console(),
-                stream=keyboard(),
+            # Without a view the question is all there is: an agent's plan was shown as
+            # it was made, and the last step of a plan gates nothing.
+            if view is not None:
+                show_gated(view)
+            answer = ask_approval(
+                request.step_id,
+                request.question,
+                view,
+                denied="the session stops, CANCELLED",
+                ctrl_c="pause the session without deciding; acode resume asks again",
             )
+            if answer and changed_since_shown(workspace, request.subject) is not None:
+                err_console().print(
+                    "What this approval gates changed while you were deciding (the work "
+                    "tree changed): your answer was not recorded.",
+                    markup=False,
+                )
+                return None
+        return answer
 
     return ask
 

@@ -85,7 +85,7 @@ def _resume(
         print_preview(preview, dry_run=False, as_json=req.as_json)
 
     observer = choose_observer(req.as_json)
-    approver = terminal_approver(observer) if mode is not Mode.AUTOPILOT else _nobody
+    approver = terminal_approver(observer, req.workspace) if mode is not Mode.AUTOPILOT else _nobody
     with Interrupts().installed() as interrupts:
         session = resume_session(
             session_id,

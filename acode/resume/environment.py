@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from acode.domain.config import AcodeConfig, config_to_dict
+from acode.domain.textdiff import unified_diff
 from acode.errors import AcodeError, ModelBusyError
 from acode.runtime.files import sha256_file, stat_file
 from acode.store.records import FileRow
@@ -202,14 +203,12 @@ def diff_against_record(workspace: Path, change: ChangedFile, recorded: bytes | 
     """A unified diff from the content the session recorded to the file as it is now."""
     if recorded is None:
         return f"(no recorded content for {change.path}: only its hash was kept)\n"
-    import difflib  # only a person reviewing changes asks for it
-
     target = workspace / change.path
     now = target.read_bytes() if target.is_file() else b""
-    lines = difflib.unified_diff(
-        recorded.decode("utf-8", errors="replace").splitlines(keepends=True),
-        now.decode("utf-8", errors="replace").splitlines(keepends=True),
-        fromfile=f"{change.path} (recorded)",
-        tofile=f"{change.path} (now)",
+    diff = unified_diff(
+        recorded.decode("utf-8", errors="replace"),
+        now.decode("utf-8", errors="replace"),
+        f"{change.path} (recorded)",
+        f"{change.path} (now)",
     )
-    return "".join(lines) or f"(no textual difference in {change.path})\n"
+    return diff or f"(no textual difference in {change.path})\n"

@@ -14,7 +14,6 @@ so that a restore gives back exactly the bytes that were there.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import shutil
@@ -40,6 +39,7 @@ __all__ = [
     "WorktreeDiff",
     "clear_stale_index_lock",
     "commit_all",
+    "commit_preview",
     "drop_snapshot",
     "find_commit_with_trailer",
     "is_work_tree",
@@ -48,7 +48,6 @@ __all__ = [
     "snapshot_ref",
     "snapshot_worktree",
     "worktree_diff",
-    "worktree_fingerprint",
 ]
 
 FALLBACK_NAME = "acode"
@@ -352,14 +351,45 @@ def restore_worktree(workspace: Path, sha: str, *, backup_ref: str | None = None
     return list(diff.paths)
 
 
-def worktree_fingerprint(workspace: Path) -> str:
-    """A hash of exactly what a commit of the work tree would record now (paths, modes,
-    contents): an approval of "commit these changes" is bound to it."""
-    prefix, _ = _prefix_and_head(workspace)
-    modes = _worktree_modes(workspace)
-    blobs = _hash_objects(workspace, prefix, modes, write=False)
-    listing = "".join(f"{mode} {blobs[rel]} {rel}\n" for rel, mode in sorted(modes.items()))
-    return hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()
+def commit_preview(workspace: Path) -> tuple[str, tuple[str, ...]]:
+    """What :func:`commit_all` would record now: git's diff of it against HEAD, and the
+    paths it changes.
+
+    Everything is staged as the commit stages it, but into a copy of the user's index,
+    which is left as it was. Blob ids are written in full (``--full-index``), so the text
+    changes whenever any content does, binary files included: an approval bound to this
+    text is bound to the commit's content. Options fix what a user's configuration could
+    change (prefixes, colours, external diff programs), so that the same work tree always
+    gives the same text.
+    """
+    index = Path(_git_ok(workspace, ["rev-parse", "--git-path", "index"]).strip())
+    index = index if index.is_absolute() else workspace / index
+    with tempfile.TemporaryDirectory(prefix="acode-index-") as scratch:
+        copy = Path(scratch) / "index"
+        with contextlib.suppress(FileNotFoundError):  # no index yet: a new repository
+            shutil.copyfile(index, copy)
+        env = {**os.environ, "GIT_INDEX_FILE": str(copy)}
+        _git_bytes(workspace, ["add", "--all", "--", "."], env=env)
+        diff = _git_bytes(workspace, [*_PLAIN_DIFF, "--full-index", "--find-renames"], env=env)
+        names = _git_bytes(workspace, [*_PLAIN_DIFF, "--name-only", "-z"], env=env)
+    files = tuple(os.fsdecode(name) for name in names.split(b"\0") if name)
+    return diff.decode("utf-8", errors="backslashreplace"), files
+
+
+# The staged changes against HEAD (an unborn HEAD: the empty tree), of the whole
+# repository as a commit records it, whatever the user's diff settings.
+_PLAIN_DIFF = (
+    "diff",
+    "--cached",
+    "--no-relative",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+    "--unified=3",
+    "--diff-algorithm=myers",
+)
 
 
 def drop_snapshot(workspace: Path, ref: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from acode.domain.kinds import StepKind
 from acode.domain.plan import Plan, StepSpec
 from acode.domain.states import SessionState
-from acode.runtime.git import is_work_tree, worktree_fingerprint
+from acode.runtime.approval_view import approval_subject
 from acode.runtime.session import Session
 from acode.runtime.steps.python_step import import_step_function
 
@@ -52,12 +52,11 @@ def _run_step(session: Session, spec: StepSpec, gated: StepSpec | None) -> bool:
                 title=title,
             )
         case StepKind.APPROVE:
-            # What the person approves is the question and the step it gates (and, for a
-            # commit, the changes it would commit): if that changes, a recorded decision
-            # no longer applies and the question is asked again.
-            subject: dict[str, object] | None = gated.to_dict() if gated is not None else None
-            if gated is not None and gated.kind is StepKind.COMMIT and is_work_tree(ws):
-                subject = {"step": subject, "changes": worktree_fingerprint(ws)}
+            # The person decides on what they are shown of the step the approval gates
+            # (the diff a commit records, the command a run step runs, ...), and the
+            # decision is bound to exactly that: when it changes, a recorded decision no
+            # longer applies and the question is asked again.
+            subject = approval_subject(ws, gated)
             return session.approve(spec.id, spec.target, subject=subject, task=task, title=title)
         case StepKind.MODEL:
             session.model(spec.id, spec.target, task=task, title=title)

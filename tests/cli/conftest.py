@@ -4,19 +4,28 @@ Every invocation goes through :class:`Cli`, which checks what no outcome may eve
 (a traceback, an "internal error") and, when told, the exit status. Processes started in
 the background are registered with :class:`Background` and stopped in teardown, together
 with any step child they left behind.
+
+:class:`Terminal` runs acode on a pseudo-terminal (`pty.fork`: stdin, stdout and stderr
+on it, and it is acode's controlling terminal), as in a person's terminal: it draws its
+live progress display, asks its questions and reads what is typed, and Ctrl+C typed
+there is a SIGINT from the terminal driver. A test reads the screen until a question
+appears, then types the answer.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +36,10 @@ __all__ = [
     "ACODE",
     "Background",
     "Cli",
+    "OpenTerminal",
     "Result",
     "Running",
+    "Terminal",
     "alive",
     "make_env",
     "plan_yaml",
@@ -322,7 +333,136 @@ def session_count(workspace: Path) -> int:
     return int(count)
 
 
+# Colour, cursor and line-erase sequences, and the carriage returns of the terminal's
+# line discipline: what remains is the text a person reads.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-Za-z]|\r")
+
+
+class Terminal:
+    """One `acode` process on a pseudo-terminal of its own."""
+
+    def __init__(self, acode: Cli, *args: str) -> None:
+        self.argv = args
+        env = {**acode.env, "TERM": "xterm-256color"}
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: becomes acode, the terminal its controlling terminal
+            try:
+                os.chdir(acode.workspace)
+                os.execve(ACODE, [ACODE, *args], env)
+            finally:
+                os._exit(127)
+        self.pid = pid
+        self._fd = fd
+        self._raw = bytearray()
+        self._consumed = 0  # how much of the screen `expect` has read past
+        self._status: int | None = None
+
+    @property
+    def raw(self) -> bytes:
+        """Everything sent to the terminal, escape sequences included."""
+        return bytes(self._raw)
+
+    @property
+    def screen(self) -> str:
+        """Everything shown so far, as text."""
+        return _CONTROL.sub("", self._raw.decode("utf-8", errors="replace"))
+
+    def _read(self, wait: float) -> bool:
+        """Read what the terminal shows within ``wait`` s; False once nothing more can come."""
+        if self._fd < 0:
+            return False
+        ready, _, _ = select.select([self._fd], [], [], wait)
+        if not ready:
+            return True
+        try:
+            data = os.read(self._fd, 65536)
+        except OSError:  # EIO: no process has the terminal open any more
+            data = b""
+        self._raw += data
+        return bool(data)
+
+    def _exited(self) -> bool:
+        if self._status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self._status = os.waitstatus_to_exitcode(status)
+        return self._status is not None
+
+    def expect(self, text: str, timeout: float = 10.0) -> str:
+        """Wait for ``text`` after what was read before; returns the screen up to its end."""
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen
+            found = screen.find(text, self._consumed)
+            if found >= 0:
+                shown = screen[self._consumed : found + len(text)]
+                self._consumed = found + len(text)
+                return shown
+            if not self._read(0.05) or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{text!r} did not appear on the terminal of `acode {' '.join(self.argv)}`;"
+                    f" it shows:\n{screen}"
+                )
+
+    def idle(self, seconds: float) -> bytes:
+        """What reaches the terminal in the next ``seconds`` while nobody types: the raw
+        bytes, line erasures and redraws included."""
+        start = len(self._raw)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self._read(deadline - time.monotonic()):
+            pass
+        return bytes(self._raw[start:])
+
+    def type(self, keys: str) -> None:
+        """Type ``keys`` (a line ends with Enter: a carriage return, as a keyboard sends)."""
+        os.write(self._fd, keys.encode())
+
+    def answer(self, line: str) -> None:
+        self.type(f"{line}\r")
+
+    def finish(self, *, expect: int, timeout: float = 60.0) -> str:
+        """Wait for acode to exit with ``expect``; returns the rest of the screen."""
+        deadline = time.monotonic() + timeout
+        while not self._exited():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"acode did not exit; the terminal shows:\n{self.screen}")
+            self._read(0.05)
+        while self._read(0.05):
+            pass
+        screen = self.screen
+        assert "Traceback" not in screen, screen
+        assert "internal error" not in screen, screen
+        assert self._status == expect, f"exit status {self._status}, screen:\n{screen}"
+        return screen[self._consumed :]
+
+    def close(self) -> None:
+        if not self._exited():
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self._status = -signal.SIGKILL
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+OpenTerminal = Callable[..., Terminal]
+
+
 @pytest.fixture
 def acode(workspace: Path, cli_env: dict[str, str], background: Background) -> Cli:
     """acode working in the (empty) ``workspace`` fixture."""
     return Cli(workspace, cli_env, background)
+
+
+@pytest.fixture
+def terminal(acode: Cli) -> Iterator[OpenTerminal]:
+    """Opens `acode ARGS` on a new terminal; whatever is still running is killed after."""
+    opened: list[Terminal] = []
+
+    def open_terminal(*args: str) -> Terminal:
+        opened.append(Terminal(acode, *args))
+        return opened[-1]
+
+    yield open_terminal
+    for term in opened:
+        term.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acode.domain.kinds import StepKind
@@ -21,11 +22,20 @@ from acode.store.records import FileRow
 if TYPE_CHECKING:
     from acode.store.sqlite_store import SqliteStore
 
-__all__ = ["EditStep", "ReadStep", "WriteStep", "observe", "restore_image", "write_file"]
+__all__ = [
+    "EditStep",
+    "ReadStep",
+    "WriteStep",
+    "observe",
+    "read_in_workspace",
+    "restore_image",
+    "write_file",
+]
 
 
-def _read_bytes(env: StepEnv, path: str) -> bytes | None:
-    target = resolve_in_workspace(env.ctx.workspace, path)
+def read_in_workspace(workspace: Path, path: str) -> bytes | None:
+    """The content of workspace file ``path``; None when there is none."""
+    target = resolve_in_workspace(workspace, path)
     try:
         return target.read_bytes()
     except FileNotFoundError:
@@ -72,7 +82,7 @@ class ReadStep:
         return Prepared()
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
-        data = _read_bytes(env, self.path)
+        data = read_in_workspace(env.ctx.workspace, self.path)
         if data is None:
             raise StepFailedError(
                 f"cannot read {self.path}: no such file in {env.ctx.workspace}",
@@ -102,7 +112,7 @@ class _Replace:
         raise NotImplementedError
 
     def prepare(self, env: StepEnv) -> Prepared:
-        current = _read_bytes(env, self.path)
+        current = read_in_workspace(env.ctx.workspace, self.path)
         post = self.new_content(current)
         blobs = [(sha256_bytes(post), post)]
         pre = None

@@ -53,7 +53,12 @@ class StatePaths(NamedTuple):
     def temp_dir(self, session_id: str) -> Path:
         """Where a session's file writes are staged before their rename; what a kill
         leaves here is removed when the session is resumed."""
-        return self.state_dir / "tmp" / session_id
+        return self.workspace.joinpath(*self.temp_parts(session_id))
+
+    @staticmethod
+    def temp_parts(session_id: str) -> tuple[str, ...]:
+        """:meth:`temp_dir` as the names on the way from the workspace."""
+        return (AGENT_DIR, "state", "tmp", session_id)
 
     def clear_temp(self, session_id: str) -> None:
         temp = self.temp_dir(session_id)

@@ -63,6 +63,7 @@ class Target(NamedTuple):
     dir_fd: int | None  # None: a directory on the way is missing, or is not a directory
     name: str
     parts: tuple[str, ...]  # the resolved path, relative to the workspace
+    info: os.stat_result | None = None  # the name's lstat when it was resolved, if taken
 
 
 class _Link(NamedTuple):
@@ -73,7 +74,7 @@ class _Kind:
     """What a name in a held directory turned out to be, besides a directory or a link."""
 
 
-_FINAL = _Kind()  # the last name, not a symlink (or absent): the operation's target
+_ABSENT = _Kind()  # the last name is not there (or is no longer a link): look again
 _MISSING = _Kind()
 _NOT_DIR = _Kind()
 
@@ -116,9 +117,15 @@ class Beneath:
         the way. Refuses (UsageError) what :func:`relative_parts` refuses, a symlink or
         ``..`` leading out, and paths in acode's state or git's metadata."""
         parts = relative_parts(relative, what="path")
-        refuse_protected(relative, parts)
-        pending = list(reversed(parts))  # a stack: pop() gives the next name
-        here: list[str] = []
+        if ".agent" in relative or ".git" in relative.casefold():
+            refuse_protected(relative, parts)  # as written, whatever links lie on the way
+        # ``here``: the directory reached so far; ``pending``, a stack: pop() gives the
+        # next name. A directory already held (a batch's files share a few) is where
+        # walking it again, one held descriptor after another, would lead.
+        here: tuple[str, ...] = parts[:-1]
+        pending = [parts[-1]]
+        if here not in self._dirs:
+            here, pending = (), list(reversed(parts))
         links = 0
         while pending:
             part = pending.pop()
@@ -127,15 +134,18 @@ class Beneath:
             if part == "..":
                 if not here:
                     raise self._outside(relative, [part, *reversed(pending)])
-                here.pop()
+                here = here[:-1]
                 continue
             path = (*here, part)
-            _refuse_entering(relative, path)
-            parent = self._dirs[tuple(here)]
+            if (part[:1] == "." and part.casefold() == ".git") or (
+                len(path) == 2 and part.casefold() == "state"
+            ):
+                refuse_protected(relative, path)  # reached through a link, or '..'
+            parent = self._dirs[here]
             found = self._final(parent, part) if not pending else self._enter(path, create)
-            if found is _FINAL:
-                return Target(parent, part, path)
-            if isinstance(found, _Link):
+            if found is None:
+                here = path
+            elif isinstance(found, _Link):
                 links += 1
                 if links > _MAX_LINKS:
                     raise UsageError(
@@ -143,9 +153,11 @@ class Beneath:
                         "links on the way (a symlink loop)",
                         hint=_HINT,
                     )
-                self._follow(relative, found.target, here, pending)
-            elif found is None:
-                here.append(part)
+                here = self._follow(relative, found.target, here, pending)
+            elif isinstance(found, os.stat_result):
+                return Target(parent, part, path, found)
+            elif found is _ABSENT:
+                return Target(parent, part, path)
             elif found is _NOT_DIR and create:
                 raise StepFailedError(
                     f"cannot write {relative}: {'/'.join(path)} is a file, not a directory",
@@ -158,7 +170,7 @@ class Beneath:
                 f"path {relative!r} resolves to the workspace itself, not to a file in it",
                 hint=_HINT,
             )
-        return Target(self._dirs[tuple(here[:-1])], here[-1], tuple(here))
+        return Target(self._dirs[here[:-1]], here[-1], here)
 
     def open_dir(self, target: Target) -> int | None:
         """The descriptor of the directory ``target`` is (held until :meth:`close`);
@@ -179,7 +191,8 @@ class Beneath:
 
     @staticmethod
     def lstat(target: Target) -> os.stat_result | None:
-        """What is at ``target`` now, not following a link; None when nothing is."""
+        """What is at ``target`` now, not following a link; None when nothing is. (A
+        link there was put since it was resolved.)"""
         if target.dir_fd is None:
             return None
         try:
@@ -250,28 +263,32 @@ class Beneath:
         raise _unstable("/".join(path))
 
     @staticmethod
-    def _final(parent: int, name: str) -> _Link | _Kind:
+    def _final(parent: int, name: str) -> _Link | os.stat_result | _Kind:
+        """The last name: its lstat, or a link to follow."""
         try:
-            if not stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
-                return _FINAL
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISLNK(info.st_mode):
+                return info
             return _Link(os.readlink(name, dir_fd=parent))
         except FileNotFoundError:
-            return _FINAL
+            return _ABSENT
         except OSError as exc:
             if exc.errno == errno.EINVAL:  # no longer a link
-                return _FINAL
+                return _ABSENT
             raise
 
-    def _follow(self, relative: str, target: str, here: list[str], pending: list[str]) -> None:
+    def _follow(
+        self, relative: str, target: str, here: tuple[str, ...], pending: list[str]
+    ) -> tuple[str, ...]:
+        """Queue a link's target; the directory it is resolved from."""
         if not target.startswith("/"):
             pending.extend(reversed(target.split("/")))
-            return
+            return here
         for root in self._root_paths():
             prefix = root.rstrip("/") + "/"
             if target == root or target.startswith(prefix):
-                here.clear()
                 pending.extend(reversed(target[len(prefix) :].split("/")))
-                return
+                return ()
         raise self._outside(relative, [target, *reversed(pending)], here=[])
 
     def _root_paths(self) -> tuple[str, ...]:
@@ -344,11 +361,8 @@ class Beneath:
     def stat(self, relative: str) -> os.stat_result | None:
         """What the path leads to, as lstat says (the links on the way followed by
         :meth:`resolve`); None when nothing is there."""
-        for _ in range(_MAX_RACES):
-            info = self.lstat(self.resolve(relative))
-            if info is None or not stat.S_ISLNK(info.st_mode):
-                return info
-        raise _unstable(relative)
+        target = self.resolve(relative)
+        return target.info or self.lstat(target)
 
     def write(self, relative: str, data: bytes, *, staging: Sequence[str] | None = None) -> None:
         """Replace the file ``relative`` names with ``data``, atomically (:func:`write_at`).
@@ -482,6 +496,16 @@ def _not_a_directory(path: Path, found: _Link | _Kind) -> StorageError:
 
 def relative_parts(relative: str, *, what: str) -> tuple[str, ...]:
     """Lexically normalised parts of a workspace-relative path, refusing escapes."""
+    parts = tuple(relative.split("/"))
+    # Already normal (as recorded paths are): a resume checks thousands of them.
+    if (
+        relative[:1] not in ("", "/", "~")
+        and "\0" not in relative
+        and "" not in parts
+        and "." not in parts
+        and ".." not in parts
+    ):
+        return parts
     if "\0" in relative:
         raise UsageError(f"{what} {relative!r} contains a NUL byte", hint=_HINT)
     if posixpath.isabs(relative):
@@ -510,14 +534,6 @@ def relative_parts(relative: str, *, what: str) -> tuple[str, ...]:
             hint=_HINT,
         )
     return parts
-
-
-def _refuse_entering(relative: str, path: tuple[str, ...]) -> None:
-    # Every name before the last was checked when it was entered: only the last can
-    # make the path protected.
-    name = path[-1].casefold()
-    if name == ".git" or (name == "state" and len(path) == 2):
-        refuse_protected(relative, path)
 
 
 def refuse_protected(relative: str, parts: Sequence[str]) -> None:

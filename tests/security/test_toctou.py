@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import acode
-from acode.errors import StepFailedError
+from acode.errors import StepFailedError, StorageError
 
 OUTSIDE_MARK = "OUTSIDE"
 _RENAME_EXCHANGE = 2
@@ -131,3 +131,18 @@ def test_a_directory_swapped_for_an_outside_symlink_never_lets_a_step_out(
     inside = _tree(workspace / "d")
     assert not [name for name, data in inside.items() if OUTSIDE_MARK.encode() in data]
     assert read, f"every read was refused ({refused} refusals)"
+
+
+def test_a_staging_directory_linked_outside_gets_nothing(tmp_path: Path) -> None:
+    # acode stages each write in .agent/state/tmp/<session>: a link put there must not
+    # make it create its directory and temporary files outside.
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    (workspace / ".agent" / "state").mkdir(parents=True)
+    outside.mkdir()
+    (workspace / ".agent" / "state" / "tmp").symlink_to(outside)
+    with acode.open_session("staging", workspace=workspace) as session:
+        with pytest.raises(StorageError, match="is a symbolic link") as refused:
+            session.write("w", "f.txt", "data")
+    assert list(outside.iterdir()) == []
+    assert not (workspace / "f.txt").exists()
+    assert f"mv {workspace / '.agent' / 'state' / 'tmp'}" in (refused.value.hint or "")

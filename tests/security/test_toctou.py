@@ -26,12 +26,10 @@ import acode
 from acode.errors import StepFailedError, StorageError
 
 OUTSIDE_MARK = "OUTSIDE"
+# Read at import: the autouse fixture clears every ACODE_* variable before a test runs.
+ITERATIONS = int(os.environ.get("ACODE_RACE_ITERATIONS", "300"))
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
-
-
-def _iterations() -> int:
-    return int(os.environ.get("ACODE_RACE_ITERATIONS", "300"))
 
 
 def _exchanger() -> Callable[[Path, Path], None]:
@@ -101,7 +99,7 @@ def swapping(tmp_path: Path) -> Iterator[tuple[Path, Path, Callable[[], int]]]:
 
 
 def test_a_directory_swapped_for_an_outside_symlink_never_lets_a_step_out(
-    swapping: tuple[Path, Path, Callable[[], int]],
+    swapping: tuple[Path, Path, Callable[[], int]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     workspace, outside, stop_swapping = swapping
     before = _tree(outside)
@@ -110,7 +108,7 @@ def test_a_directory_swapped_for_an_outside_symlink_never_lets_a_step_out(
     read: list[str] = []
     refused = 0
     with acode.open_session("race", workspace=workspace) as session:
-        for i in range(_iterations()):
+        for i in range(ITERATIONS):
             for attempt in (
                 partial(session.write, f"w{i}", f"d/f{i % 3}.txt", f"inside {i} <<\n"),
                 partial(session.edit, f"e{i}", "d/e.txt", "<<", "<<."),
@@ -123,7 +121,10 @@ def test_a_directory_swapped_for_an_outside_symlink_never_lets_a_step_out(
                     continue
                 if isinstance(result, str):
                     read.append(result)
-    assert stop_swapping() > 0
+    swaps = stop_swapping()
+    with capsys.disabled():
+        print(f"\n[race] {3 * ITERATIONS} steps, {refused} refused, {swaps} swaps")
+    assert swaps > 0
 
     assert _tree(outside) == before, "a step wrote outside the workspace"
     leaked = [text for text in read if OUTSIDE_MARK in text]

@@ -7,9 +7,10 @@ from typing import NamedTuple
 
 from acode.runtime.files import atomic_write
 
-__all__ = ["AGENT_DIR", "StatePaths", "ensure_state_ignored", "find_workspace"]
+__all__ = ["AGENT_DIR", "STATE_PARTS", "StatePaths", "ensure_state_ignored", "find_workspace"]
 
 AGENT_DIR = ".agent"
+STATE_PARTS = (AGENT_DIR, "state")  # the state directory, as the names on the way to it
 _IGNORE_ALL = b"*\n"
 
 
@@ -58,7 +59,7 @@ class StatePaths(NamedTuple):
     @staticmethod
     def temp_parts(session_id: str) -> tuple[str, ...]:
         """:meth:`temp_dir` as the names on the way from the workspace."""
-        return (AGENT_DIR, "state", "tmp", session_id)
+        return (*STATE_PARTS, "tmp", session_id)
 
     def clear_temp(self, session_id: str) -> None:
         temp = self.temp_dir(session_id)

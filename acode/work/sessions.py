@@ -40,11 +40,12 @@ from acode.errors import (
     UsageError,
     WorkNotFoundError,
 )
+from acode.runtime.beneath import Beneath
 from acode.runtime.catalog import find_session
 from acode.runtime.clock import SystemClock
-from acode.runtime.files import atomic_write
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
+from acode.runtime.workspace import STATE_PARTS
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
 from acode.work.ledger import append_to, held, recorded_results
@@ -227,12 +228,13 @@ def repair(ws: Workspace) -> list[WorkSession]:
 
 
 def _render(ws: Workspace, wsession: WorkSession) -> None:
-    path = ws.root / WSESSIONS_DIR / f"{wsession.id}.json"
-    text = json.dumps(wsession.to_dict(), indent=2, ensure_ascii=False) + "\n"
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, text.encode("utf-8"), temp_dir=ws.paths.state_dir)
+    relative = f"{WSESSIONS_DIR.as_posix()}/{wsession.id}.json"
+    data = (json.dumps(wsession.to_dict(), indent=2, ensure_ascii=False) + "\n").encode()
+    # From the workspace's descriptor, as a step's files: a link on the way is not
+    # followed out of the workspace.
+    with Beneath(ws.root) as tree:
+        if tree.read_bytes(relative) != data:
+            tree.write(relative, data, staging=STATE_PARTS)
 
 
 def _refresh(ws: Workspace, session_id: str) -> WorkSession:

@@ -24,6 +24,7 @@ import pytest
 
 import acode
 from acode.errors import StepFailedError, StorageError
+from tests.cli.conftest import Background, Cli
 
 OUTSIDE_MARK = "OUTSIDE"
 # Read at import: the autouse fixture clears every ACODE_* variable before a test runs.
@@ -147,3 +148,21 @@ def test_a_staging_directory_linked_outside_gets_nothing(tmp_path: Path) -> None
     assert list(outside.iterdir()) == []
     assert not (workspace / "f.txt").exists()
     assert f"mv {workspace / '.agent' / 'state' / 'tmp'}" in (refused.value.hint or "")
+
+
+def test_task_files_are_not_written_through_a_link_out(
+    workspace: Path, cli_env: dict[str, str], background: Background, tmp_path: Path
+) -> None:
+    # docs/acode/tasks is meant to be committed: a link put there must not have acode
+    # write its task files wherever it points.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (workspace / "docs" / "acode").mkdir(parents=True)
+    (workspace / "docs" / "acode" / "tasks").symlink_to(outside)
+    acode = Cli(workspace, cli_env, background)
+
+    result = acode("task", "add", "Sneaky", expect=None)
+
+    assert result.code != 0
+    assert "outside the workspace" in result.flat_err
+    assert list(outside.iterdir()) == []

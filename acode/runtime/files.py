@@ -16,14 +16,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from acode.errors import UsageError
-from acode.runtime.beneath import (
-    TEMP_PREFIX,
-    Beneath,
-    fsync_dir,
-    open_subdir,
-    relative_parts,
-    write_at,
-)
+from acode.runtime.atomic import TEMP_PREFIX, fsync_dir, write_at
+from acode.runtime.beneath import Beneath, open_subdir, relative_parts
 
 __all__ = [
     "TEMP_PREFIX",

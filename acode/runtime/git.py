@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from acode.errors import StepFailedError, UsageError
-from acode.runtime.beneath import Beneath, write_at
+from acode.runtime.atomic import write_at
+from acode.runtime.beneath import Beneath
 from acode.runtime.procfs import open_files, processes
 
 __all__ = [

@@ -18,7 +18,8 @@ from acode.errors import SessionNotFoundError
 from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.config import load_config
 from acode.runtime.journal import new_session_journal
-from acode.runtime.locks import SessionLock, acquire, check_state_dir
+from acode.runtime.locks import SessionLock, acquire
+from acode.runtime.private_dirs import check_state_dir
 from acode.runtime.sync_link import open_sync_link
 from acode.runtime.workspace import StatePaths, ensure_state_ignored
 from acode.security.signing import load_signer

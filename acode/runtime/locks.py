@@ -31,13 +31,13 @@ from types import TracebackType
 from typing import NamedTuple
 
 from acode.errors import ErrorCode, SessionLockedError, StorageError, UsageError
+from acode.runtime.private_dirs import open_private_dir
 from acode.runtime.procfs import command_line, holders
 
 __all__ = [
     "LockOwner",
     "SessionLock",
     "acquire",
-    "check_state_dir",
     "force_unlock",
     "holder",
     "is_locked",
@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 _OPEN_FLAGS = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_ATTEMPTS = 10
 # A new holder records itself just after it locks: how long a holder that the record does
 # not name is given to do so before it is reported as not acode.
@@ -184,15 +183,6 @@ def acquire(
     )
 
 
-def check_state_dir(state_dir: Path) -> None:
-    """Refuse acode's state directory when it is a symlink, not yours, or writable by
-    others, as the locks directory in it is refused: whoever could replace what is in it
-    could take over a session."""
-    fd = _open_private_dir(state_dir, None, what="state")
-    if fd is not None:
-        os.close(fd)
-
-
 def read_owner(locks_dir: Path, session_id: str) -> LockOwner | None:
     """The owner recorded in the lock file; None when absent, unreadable or garbled."""
     path = lock_path(locks_dir, session_id)
@@ -293,83 +283,16 @@ def _open_locks_dir(locks_dir: Path, *, create: bool) -> int | None:
         # Made private; a name already there (a link, a file) is left for the check.
         with contextlib.suppress(FileExistsError):
             locks_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    state_fd = _open_private_dir(locks_dir.parent, None, what="state")
+    state_fd = open_private_dir(locks_dir.parent, None, what="state")
     if state_fd is None:
         return None
     try:
         if create:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(locks_dir.name, 0o700, dir_fd=state_fd)
-        return _open_private_dir(locks_dir, state_fd, what="locks")
+        return open_private_dir(locks_dir, state_fd, what="locks")
     finally:
         os.close(state_fd)
-
-
-def _open_private_dir(path: Path, parent_fd: int | None, *, what: str) -> int | None:
-    """Directory ``path`` (by its name in ``parent_fd`` when given), opened without
-    following a symlink, refused unless it is yours and writable by no one else; None
-    when it does not exist."""
-    name = path if parent_fd is None else path.name
-    try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise _dir_error(path, parent_fd, what, err) from err
-    try:
-        _refuse_unsafe_dir(path, os.fstat(fd), what)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _dir_error(path: Path, parent_fd: int | None, what: str, err: OSError) -> Exception:
-    quoted = shlex.quote(str(path))
-    try:
-        target = os.readlink(path if parent_fd is None else path.name, dir_fd=parent_fd)
-    except OSError:
-        target = None
-    if target is not None:
-        keep = shlex.quote(str(path.parent / target))
-        fix = (
-            f"rm {quoted} (acode makes a new one)"
-            if what == "locks"
-            else f"rm {quoted} && mv {keep} {quoted} (to keep what it points to)"
-        )
-        return SessionLockedError(
-            f"{what} directory {path} is a symbolic link to {target}; acode follows no link there",
-            hint=f"check who made it, then: {fix}",
-            code=ErrorCode.LOCK_PERMISSIONS,
-        )
-    if err.errno == errno.ENOTDIR:
-        return SessionLockedError(
-            f"{what} directory {path} is not a directory",
-            hint=f"check who made it, then move it out of the way: mv {quoted} {quoted}.moved",
-            code=ErrorCode.LOCK_PERMISSIONS,
-        )
-    return StorageError(
-        f"cannot open {what} directory {path}: {err.strerror or err}",
-        hint="check its permissions and those of the directories above it",
-    )
-
-
-def _refuse_unsafe_dir(path: Path, st: os.stat_result, what: str) -> None:
-    """Threat 1, for a directory: whoever can write it can replace the lock file in it."""
-    if st.st_uid != os.getuid():
-        raise SessionLockedError(
-            f"{what} directory {path} is owned by uid {st.st_uid}, not by you (uid {os.getuid()})",
-            hint="check who made it: acode's state must be yours; run acode as its owner",
-            code=ErrorCode.LOCK_OWNER,
-        )
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o022:
-        raise SessionLockedError(
-            f"{what} directory {path} is writable by others (mode {mode:04o}): they could "
-            "replace the session's lock",
-            hint=f"check who changed it, then run: chmod go-w {shlex.quote(str(path))}",
-            code=ErrorCode.LOCK_PERMISSIONS,
-        )
 
 
 def _open_lock_file(dir_fd: int, path: Path) -> int | None:

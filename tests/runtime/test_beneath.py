@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from acode.errors import StepFailedError, StorageError, UsageError
-from acode.runtime.beneath import TEMP_PREFIX, Beneath
+from acode.runtime.atomic import TEMP_PREFIX
+from acode.runtime.beneath import Beneath
 
 
 @pytest.fixture

@@ -21,13 +21,13 @@ from acode.runtime.locks import (
     LockOwner,
     SessionLock,
     acquire,
-    check_state_dir,
     force_unlock,
     holder,
     is_locked,
     lock_path,
     read_owner,
 )
+from acode.runtime.private_dirs import check_state_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SID = "0193a5b2-7c1d-7e00-8000-000000000001"

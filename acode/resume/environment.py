@@ -9,7 +9,6 @@ started with.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -17,8 +16,8 @@ from typing import Any, NamedTuple
 
 from acode.domain.config import AcodeConfig, config_to_dict
 from acode.domain.textdiff import unified_diff
-from acode.errors import AcodeError, ModelBusyError
-from acode.runtime.files import sha256_file, stat_file
+from acode.errors import AcodeError, ModelBusyError, UsageError
+from acode.runtime.beneath import Beneath
 from acode.store.records import FileRow
 
 __all__ = [
@@ -124,30 +123,39 @@ class EnvironmentReport(NamedTuple):
 def changed_files(
     workspace: Path, recorded: Iterable[FileRow], *, ignore: frozenset[str] = frozenset()
 ) -> tuple[list[str], list[ChangedFile]]:
-    """(the files checked, the ones that differ from the record)."""
+    """(the files checked, the ones that differ from the record). Each path is resolved
+    from the workspace's descriptor (:class:`Beneath`), so that none is followed out."""
     checked: list[str] = []
     changed: list[ChangedFile] = []
-    # Joined as strings: a resume stats every file the session touched, and building a
-    # Path for each cost as much as the stat itself.
-    root = str(workspace)
-    for row in recorded:
-        if row.path in ignore:
-            continue
-        checked.append(row.path)
-        target = os.path.join(root, row.path)
-        stat = stat_file(target)
-        if stat is None:
-            if row.sha256 is not None:
-                changed.append(ChangedFile(row.path, Change.DELETED, None, row.sha256))
-            continue
-        if row.sha256 is None:
-            changed.append(ChangedFile(row.path, Change.CREATED, stat.mtime_ns, None))
-            continue
-        if stat.size == row.size and stat.mtime_ns == row.mtime_ns:
-            continue  # unchanged without reading it
-        if sha256_file(Path(target)) != row.sha256:
-            changed.append(ChangedFile(row.path, Change.MODIFIED, stat.mtime_ns, row.sha256))
+    with Beneath(workspace) as tree:
+        for row in recorded:
+            if row.path in ignore:
+                continue
+            checked.append(row.path)
+            try:
+                change = _change(tree, row)
+            except UsageError:
+                # It leads outside the workspace now (a symlink put on its way): changed.
+                kind = Change.CREATED if row.sha256 is None else Change.MODIFIED
+                change = ChangedFile(row.path, kind, None, row.sha256)
+            if change is not None:
+                changed.append(change)
     return checked, changed
+
+
+def _change(tree: Beneath, row: FileRow) -> ChangedFile | None:
+    stat = tree.stat(row.path)
+    if stat is None:
+        return (
+            None if row.sha256 is None else ChangedFile(row.path, Change.DELETED, None, row.sha256)
+        )
+    if row.sha256 is None:
+        return ChangedFile(row.path, Change.CREATED, stat.st_mtime_ns, None)
+    if stat.st_size == row.size and stat.st_mtime_ns == row.mtime_ns:
+        return None  # unchanged without reading it
+    if tree.sha256(row.path) != row.sha256:
+        return ChangedFile(row.path, Change.MODIFIED, stat.st_mtime_ns, row.sha256)
+    return None
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -203,8 +211,11 @@ def diff_against_record(workspace: Path, change: ChangedFile, recorded: bytes | 
     """A unified diff from the content the session recorded to the file as it is now."""
     if recorded is None:
         return f"(no recorded content for {change.path}: only its hash was kept)\n"
-    target = workspace / change.path
-    now = target.read_bytes() if target.is_file() else b""
+    try:
+        with Beneath(workspace) as tree:
+            now = tree.read_bytes(change.path) or b""
+    except (AcodeError, OSError) as exc:
+        return f"(cannot show {change.path} as it is now: {exc})\n"
     diff = unified_diff(
         recorded.decode("utf-8", errors="replace"),
         now.decode("utf-8", errors="replace"),

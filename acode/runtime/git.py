@@ -14,6 +14,7 @@ so that a restore gives back exactly the bytes that were there.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from acode.errors import StepFailedError, UsageError
-from acode.runtime.files import atomic_write
+from acode.runtime.atomic import write_at
+from acode.runtime.beneath import Beneath
 from acode.runtime.procfs import open_files, processes
 
 __all__ = [
@@ -292,7 +294,8 @@ def snapshot_worktree(workspace: Path, ref: str) -> str:
     """
     _check_ref(ref)
     prefix, head = _prefix_and_head(workspace)
-    entries = _worktree_entries(workspace, prefix)
+    with Beneath(workspace) as files:
+        entries = _worktree_entries(files, prefix)
     lines = b"".join(
         f"{entry.mode} {entry.blob}\t".encode() + os.fsencode(prefix + rel) + b"\0"
         for rel, entry in sorted(entries.items())
@@ -321,7 +324,9 @@ def snapshot_worktree(workspace: Path, ref: str) -> str:
 
 def worktree_diff(workspace: Path, sha: str) -> WorktreeDiff:
     """What :func:`restore_worktree` would change, without changing anything."""
-    return _diff(workspace, _snapshot_entries(workspace, sha))
+    snapshot = _snapshot_entries(workspace, sha)
+    with Beneath(workspace) as tree:
+        return _diff(tree, snapshot)
 
 
 def restore_worktree(workspace: Path, sha: str, *, backup_ref: str | None = None) -> list[str]:
@@ -337,17 +342,21 @@ def restore_worktree(workspace: Path, sha: str, *, backup_ref: str | None = None
     With ``backup_ref``, the work tree as it is is first kept there as a snapshot, so that
     nothing the restore overwrites or deletes is lost. When that ref exists already, a
     restore interrupted before has made it, and the first backup is the one kept.
+
+    Every file is removed and written by its name in a directory held open, reached
+    from the workspace's descriptor without following a symlink (:class:`Beneath`).
     """
     snapshot = _snapshot_entries(workspace, sha)
-    diff = _diff(workspace, snapshot)
-    if diff.paths and backup_ref is not None and not _has_ref(workspace, backup_ref):
-        snapshot_worktree(workspace, backup_ref)
-    for rel in diff.remove:
-        _remove(workspace, rel)
-    contents = _read_blobs(workspace, {snapshot[rel].blob for rel in diff.rewrite})
-    for rel in diff.rewrite:
-        entry = snapshot[rel]
-        _write_entry(workspace, rel, entry.mode, contents[entry.blob])
+    with Beneath(workspace) as tree:
+        diff = _diff(tree, snapshot)
+        if diff.paths and backup_ref is not None and not _has_ref(workspace, backup_ref):
+            snapshot_worktree(workspace, backup_ref)
+        for rel in diff.remove:
+            _remove(tree, rel)
+        contents = _read_blobs(workspace, {snapshot[rel].blob for rel in diff.rewrite})
+        for rel in diff.rewrite:
+            entry = snapshot[rel]
+            _write_entry(tree, rel, entry.mode, contents[entry.blob])
     return list(diff.paths)
 
 
@@ -494,25 +503,29 @@ def _is_state(rel: str) -> bool:
     return rel.split("/")[:2] == _STATE_PARTS
 
 
-def _worktree_modes(workspace: Path) -> dict[str, str]:
+def _worktree_modes(tree: Beneath) -> dict[str, str]:
     """The files git sees in the workspace now, with their git modes."""
     listing = _git_bytes(
-        workspace, ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+        tree.workspace, ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]
     )
     modes: dict[str, str] = {}
     for raw in listing.split(b"\0"):
         rel = os.fsdecode(raw)
         if rel and rel not in modes and not _is_state(rel):
-            mode = _mode_of(workspace / rel)
+            mode = _mode_of(tree, rel)
             if mode is not None:
                 modes[rel] = mode
     return modes
 
 
-def _mode_of(path: Path) -> str | None:
+def _mode_of(tree: Beneath, rel: str) -> str | None:
+    *parents, name = rel.split("/")
+    dir_fd = tree.directory(parents, create=False)
     try:
-        info = path.lstat()
-    except (FileNotFoundError, NotADirectoryError):
+        if dir_fd is None:
+            raise FileNotFoundError(rel)
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
         return None  # a tracked file deleted from the work tree
     if stat.S_ISLNK(info.st_mode):
         return _MODE_LINK
@@ -538,16 +551,17 @@ def _prefix_and_head(workspace: Path) -> tuple[str, str | None]:
     return os.fsdecode(lines[0]), head
 
 
-def _worktree_entries(workspace: Path, prefix: str) -> dict[str, _Entry]:
-    modes = _worktree_modes(workspace)
-    blobs = _hash_objects(workspace, prefix, modes, write=True)
+def _worktree_entries(tree: Beneath, prefix: str) -> dict[str, _Entry]:
+    modes = _worktree_modes(tree)
+    blobs = _hash_objects(tree, prefix, modes, write=True)
     return {rel: _Entry(mode, blobs[rel]) for rel, mode in modes.items()}
 
 
 def _hash_objects(
-    workspace: Path, prefix: str, modes: Mapping[str, str], *, write: bool
+    tree: Beneath, prefix: str, modes: Mapping[str, str], *, write: bool
 ) -> dict[str, str]:
     """The blob id of each path's bytes as they are on disk, unfiltered."""
+    workspace = tree.workspace
     command = ["hash-object", "--no-filters", *(["-w"] if write else [])]
     # --stdin-paths reads lines (and unquotes a leading '"') and follows symlinks: names it
     # would misread, and links, whose blob is the link's target, go one by one.
@@ -562,12 +576,20 @@ def _hash_objects(
         if rel in blobs:
             continue
         if mode == _MODE_LINK:
-            target = os.readlink(os.fsencode(workspace / rel))
+            target = _read_link(tree, rel)
             out = _git_bytes(workspace, [*command, "--stdin"], stdin=target)
         else:
             out = _git_bytes(workspace, [*command, "--", rel])
         blobs[rel] = out.decode().strip()
     return blobs
+
+
+def _read_link(tree: Beneath, rel: str) -> bytes:
+    *parents, name = rel.split("/")
+    dir_fd = tree.directory(parents, create=False)
+    if dir_fd is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), rel)
+    return os.readlink(os.fsencode(name), dir_fd=dir_fd)
 
 
 def _line_safe(rel: str) -> bool:
@@ -595,10 +617,10 @@ def _snapshot_entries(workspace: Path, sha: str) -> dict[str, _Entry]:
     return entries
 
 
-def _diff(workspace: Path, snapshot: Mapping[str, _Entry]) -> WorktreeDiff:
-    modes = _worktree_modes(workspace)
+def _diff(tree: Beneath, snapshot: Mapping[str, _Entry]) -> WorktreeDiff:
+    modes = _worktree_modes(tree)
     shared = {rel: mode for rel, mode in modes.items() if rel in snapshot}
-    blobs = _hash_objects(workspace, _prefix(workspace), shared, write=False)
+    blobs = _hash_objects(tree, _prefix(tree.workspace), shared, write=False)
     rewrite = (
         rel
         for rel, entry in snapshot.items()
@@ -632,41 +654,38 @@ def _read_blobs(workspace: Path, shas: Iterable[str]) -> dict[str, bytes]:
     return blobs
 
 
-def _remove(workspace: Path, rel: str) -> None:
-    (workspace / rel).unlink(missing_ok=True)
+def _remove(tree: Beneath, rel: str) -> None:
     parts = rel.split("/")
+    dir_fd = tree.directory(parts[:-1], create=False)
+    if dir_fd is None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(parts[-1], dir_fd=dir_fd)
     # Directories the deletion empties go too, as git does: a command run again that
     # creates its output directory must not find it already there.
     for depth in range(len(parts) - 1, 0, -1):
+        parent = tree.directory(parts[: depth - 1], create=False)
+        assert parent is not None  # on the way to the file just removed
         try:
-            workspace.joinpath(*parts[:depth]).rmdir()
+            os.rmdir(parts[depth - 1], dir_fd=parent)
         except OSError:
             break
+        tree.forget(parts[:depth])
 
 
-def _write_entry(workspace: Path, rel: str, mode: str, data: bytes) -> None:
-    parts = rel.split("/")
-    for depth in range(1, len(parts)):
-        # A parent that is now a file or a symlink (an ignored one, so not removed above)
-        # must give way, or the write would fail or land outside the workspace.
-        parent = workspace.joinpath(*parts[:depth])
-        if parent.is_symlink() or (parent.exists() and not parent.is_dir()):
-            parent.unlink()
-    target = workspace / rel
-    if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(target)
+def _write_entry(tree: Beneath, rel: str, mode: str, data: bytes) -> None:
+    *parents, name = rel.split("/")
+    # A parent that is now a file or a symlink (an ignored one, so not removed above)
+    # must give way, or the write would fail or land outside the workspace.
+    dir_fd = tree.directory(parents, create=True, replace=True)
+    assert dir_fd is not None  # create=True makes it
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+            tree.forget((*parents, name))
+            shutil.rmtree(name, dir_fd=dir_fd)
     if mode == _MODE_LINK:
-        target.unlink(missing_ok=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(os.fsdecode(data), target)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
+        os.symlink(os.fsdecode(data), name, dir_fd=dir_fd)
         return
-    atomic_write(target, data)
-    _set_executable(target, mode == _MODE_EXEC)
-
-
-def _set_executable(path: Path, executable: bool) -> None:
-    current = stat.S_IMODE(path.stat().st_mode)
-    # Like git: execute permission for whoever may read the file, or for no one.
-    wanted = current | ((current & 0o444) >> 2) if executable else current & ~0o111
-    if wanted != current:
-        path.chmod(wanted)
+    write_at(dir_fd, name, data, executable=mode == _MODE_EXEC)

@@ -14,7 +14,7 @@ from acode.errors import CheckpointError, ErrorCode, NothingToResumeError
 from acode.runtime.catalog import find_session
 from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal
-from acode.runtime.locks import is_locked, read_owner
+from acode.runtime.locks import holder
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
@@ -56,11 +56,7 @@ class SessionDetail(NamedTuple):
 
 
 def lock_holder(workspace: Path, session_id: str) -> str | None:
-    paths = StatePaths(workspace)
-    if not is_locked(paths.locks, session_id):
-        return None
-    owner = read_owner(paths.locks, session_id)
-    return owner.describe() if owner else "a process that has not recorded itself yet"
+    return holder(StatePaths(workspace).locks, session_id)
 
 
 def session_detail(store: SqliteStore, workspace: Path, id_or_prefix: str | None) -> SessionDetail:

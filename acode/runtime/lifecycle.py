@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +19,7 @@ from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.config import load_config
 from acode.runtime.journal import new_session_journal
 from acode.runtime.locks import SessionLock, acquire
+from acode.runtime.private_dirs import check_state_dir
 from acode.runtime.sync_link import open_sync_link
 from acode.runtime.workspace import StatePaths, ensure_state_ignored
 from acode.security.signing import load_signer
@@ -54,7 +55,9 @@ def open_workspace(workspace: Path | str = ".", config: AcodeConfig | None = Non
     root = Path(workspace).resolve()
     paths = StatePaths(root)
     cfg = config if config is not None else load_config(root)
-    paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with suppress(FileExistsError):  # a link or a file there: refused below
+        paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_state_dir(paths.state_dir)
     ensure_state_ignored(paths.state_dir)
     return Workspace(root, paths, cfg)
 

@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-__all__ = ["ProcessInfo", "environment", "open_files", "processes"]
+__all__ = ["ProcessInfo", "command_line", "environment", "holders", "open_files", "processes"]
 
 
 class ProcessInfo(NamedTuple):
@@ -59,3 +59,40 @@ def open_files(pid: int) -> Iterator[str]:
             yield os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
+
+
+def holders(dev: int, ino: int) -> list[int] | None:
+    """The processes that have the file ``(dev, ino)`` open, among those whose open files
+    can be read (one's own); None where there is no /proc to tell."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    found = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        fd_dir = f"/proc/{entry}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                info = os.stat(f"{fd_dir}/{fd}")  # the open file itself, not the link
+            except OSError:
+                continue
+            if info.st_ino == ino and info.st_dev == dev:
+                found.append(int(entry))
+                break
+    return found
+
+
+def command_line(pid: int) -> str:
+    """The process's command line, its arguments joined by spaces ("" when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return ""
+    return " ".join(os.fsdecode(arg) for arg in raw.split(b"\0") if arg)

@@ -7,9 +7,10 @@ from typing import NamedTuple
 
 from acode.runtime.files import atomic_write
 
-__all__ = ["AGENT_DIR", "StatePaths", "ensure_state_ignored", "find_workspace"]
+__all__ = ["AGENT_DIR", "STATE_PARTS", "StatePaths", "ensure_state_ignored", "find_workspace"]
 
 AGENT_DIR = ".agent"
+STATE_PARTS = (AGENT_DIR, "state")  # the state directory, as the names on the way to it
 _IGNORE_ALL = b"*\n"
 
 
@@ -53,7 +54,12 @@ class StatePaths(NamedTuple):
     def temp_dir(self, session_id: str) -> Path:
         """Where a session's file writes are staged before their rename; what a kill
         leaves here is removed when the session is resumed."""
-        return self.state_dir / "tmp" / session_id
+        return self.workspace.joinpath(*self.temp_parts(session_id))
+
+    @staticmethod
+    def temp_parts(session_id: str) -> tuple[str, ...]:
+        """:meth:`temp_dir` as the names on the way from the workspace."""
+        return (*STATE_PARTS, "tmp", session_id)
 
     def clear_temp(self, session_id: str) -> None:
         temp = self.temp_dir(session_id)

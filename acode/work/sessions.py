@@ -41,11 +41,12 @@ from acode.errors import (
     UsageError,
     WorkNotFoundError,
 )
+from acode.runtime.beneath import Beneath
 from acode.runtime.catalog import find_session
 from acode.runtime.clock import SystemClock
-from acode.runtime.files import atomic_write
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
+from acode.runtime.workspace import STATE_PARTS
 from acode.security.signing import Signer, load_signer
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
@@ -140,10 +141,11 @@ def _check_record(ws: Workspace, wsession: WorkSession) -> None:
     """Its document in the repository (``_render``) may lag behind the history, never
     lead it: one that holds more turns or breadcrumbs, or says it is closed when the
     history does not, knows a later position: the history was cut short."""
-    path = ws.root / WSESSIONS_DIR / f"{wsession.id}.json"
+    relative = f"{WSESSIONS_DIR.as_posix()}/{wsession.id}.json"
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        with Beneath(ws.root) as tree:
+            record = json.loads(tree.read_bytes(relative) or b"null")
+    except (AcodeError, OSError, ValueError):
         return  # none yet, or not ours to read: nothing known of a later position
     if not isinstance(record, dict):
         return
@@ -159,7 +161,7 @@ def _check_record(ws: Workspace, wsession: WorkSession) -> None:
         ahead.append("its closing")
     if ahead:
         raise CheckpointError(
-            f"work session {wsession.id}: {path.relative_to(ws.root)} records "
+            f"work session {wsession.id}: {relative} records "
             f"{' and '.join(ahead)} its history does not hold: the newest events were cut "
             "off (the database was edited)",
             hint="refusing to use it; restore the database from a backup, or start a new "
@@ -269,12 +271,13 @@ def repair(ws: Workspace) -> list[WorkSession]:
 
 
 def _render(ws: Workspace, wsession: WorkSession) -> None:
-    path = ws.root / WSESSIONS_DIR / f"{wsession.id}.json"
-    text = json.dumps(wsession.to_dict(), indent=2, ensure_ascii=False) + "\n"
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, text.encode("utf-8"), temp_dir=ws.paths.state_dir)
+    relative = f"{WSESSIONS_DIR.as_posix()}/{wsession.id}.json"
+    data = (json.dumps(wsession.to_dict(), indent=2, ensure_ascii=False) + "\n").encode()
+    # From the workspace's descriptor, as a step's files: a link on the way is not
+    # followed out of the workspace.
+    with Beneath(ws.root) as tree:
+        if tree.read_bytes(relative) != data:
+            tree.write(relative, data, staging=STATE_PARTS)
 
 
 def _refresh(ws: Workspace, session_id: str) -> WorkSession:

@@ -18,10 +18,11 @@ from typing import Any
 
 from acode.domain.work import Task, TaskStatus, next_task_id, parse_task
 from acode.errors import UsageError, WorkNotFoundError
+from acode.runtime.beneath import Beneath
 from acode.runtime.clock import SystemClock
-from acode.runtime.files import atomic_write
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
 from acode.runtime.session import Session
+from acode.runtime.workspace import STATE_PARTS
 from acode.store.sqlite_store import open_store
 from acode.work.ledger import append_to, held, recorded_results
 
@@ -124,10 +125,11 @@ def _step_ids(session: Session) -> list[str]:
 
 
 def _write_file(ws: Workspace, task: Task) -> None:
-    path = ws.root / TASKS_DIR / f"{task.id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(task.to_dict(), indent=2, ensure_ascii=False) + "\n"
-    atomic_write(path, text.encode("utf-8"), temp_dir=ws.paths.state_dir)
+    with Beneath(ws.root) as tree:  # a link on the way is not followed out
+        tree.write(
+            f"{TASKS_DIR.as_posix()}/{task.id}.json", text.encode("utf-8"), staging=STATE_PARTS
+        )
 
 
 def _save(ws: Workspace, session: Session, task: Task) -> Task:

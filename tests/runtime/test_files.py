@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from pathlib import Path
@@ -8,16 +7,8 @@ from pathlib import Path
 import pytest
 
 from acode.errors import UsageError
-from acode.runtime.files import (
-    TEMP_PREFIX,
-    FileStat,
-    atomic_write,
-    expand_globs,
-    resolve_in_workspace,
-    sha256_bytes,
-    sha256_file,
-    stat_file,
-)
+from acode.runtime.beneath import Beneath
+from acode.runtime.files import TEMP_PREFIX, atomic_write, expand_globs, sha256_bytes
 
 
 def _touch(root: Path, *relatives: str) -> None:
@@ -38,26 +29,6 @@ def test_sha256_bytes_known_vector() -> None:
     assert sha256_bytes(b"abc") == (
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     )
-
-
-def test_sha256_file_matches_content_across_chunks(tmp_path: Path) -> None:
-    data = os.urandom(3 * 1024 * 1024 + 17)
-    path = tmp_path / "big.bin"
-    path.write_bytes(data)
-    assert sha256_file(path) == hashlib.sha256(data).hexdigest()
-
-
-def test_sha256_file_missing_is_none(tmp_path: Path) -> None:
-    assert sha256_file(tmp_path / "nope") is None
-    assert sha256_file(tmp_path / "nope" / "deeper") is None
-
-
-def test_stat_file(tmp_path: Path) -> None:
-    path = tmp_path / "f"
-    path.write_bytes(b"12345")
-    os.utime(path, ns=(1_000_000_000, 2_000_000_123))
-    assert stat_file(path) == FileStat(size=5, mtime_ns=2_000_000_123)
-    assert stat_file(tmp_path / "missing") is None
 
 
 # --- atomic_write -----------------------------------------------------------------------
@@ -109,94 +80,32 @@ def test_atomic_write_replaces_a_symlink_itself(tmp_path: Path) -> None:
     assert real.read_bytes() == b"real"
 
 
-# --- resolve_in_workspace ---------------------------------------------------------------
-
-
-def test_resolve_plain_and_normalised_paths(tmp_path: Path) -> None:
-    root = tmp_path.resolve()
-    assert resolve_in_workspace(tmp_path, "src/app.py") == root / "src" / "app.py"
-    assert resolve_in_workspace(tmp_path, "./src/../lib/x.py") == root / "lib" / "x.py"
-    assert resolve_in_workspace(tmp_path, ".agent/config.yml") == root / ".agent" / "config.yml"
-
-
-@pytest.mark.parametrize(
-    ("relative", "message"),
-    [
-        ("/etc/passwd", "relative to the workspace"),
-        ("", "relative to the workspace"),
-        (".", "relative to the workspace"),
-        ("a/..", "relative to the workspace"),
-        ("../outside.txt", "relative to the workspace"),
-        ("src/../../outside.txt", "relative to the workspace"),
-        ("~/x", "relative to the workspace"),
-        (".agent/state/acode.db", ".agent/state"),
-        (".agent/state", ".agent/state"),
-        (".git/config", ".git"),
-        (".git", ".git"),
-        ("vendor/lib/.git/HEAD", ".git"),
-        (".GIT/config", ".git"),
-    ],
-)
-def test_resolve_refuses(tmp_path: Path, relative: str, message: str) -> None:
-    with pytest.raises(UsageError, match=message) as info:
-        resolve_in_workspace(tmp_path, relative)
-    assert repr(relative) in str(info.value)
-    assert info.value.hint
-
-
-def test_resolve_refuses_symlink_escape(tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    outside = tmp_path / "outside"
-    workspace.mkdir()
-    outside.mkdir()
-    (workspace / "escape").symlink_to(outside)
-    (workspace / "escape_file").symlink_to(outside / "secret")
-    with pytest.raises(UsageError, match="outside the workspace"):
-        resolve_in_workspace(workspace, "escape/new.txt")
-    with pytest.raises(UsageError, match="outside the workspace"):
-        resolve_in_workspace(workspace, "escape_file")
-
-
-def test_resolve_refuses_symlink_into_protected_dirs(tmp_path: Path) -> None:
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "innocent").symlink_to(tmp_path / ".git")
-    with pytest.raises(UsageError, match=r"\.git"):
-        resolve_in_workspace(tmp_path, "innocent/config")
-
-
-def test_resolve_follows_symlink_inside_workspace(tmp_path: Path) -> None:
-    (tmp_path / "real").mkdir()
-    (tmp_path / "alias").symlink_to(tmp_path / "real")
-    assert resolve_in_workspace(tmp_path, "alias/f.txt") == tmp_path.resolve() / "real" / "f.txt"
-
-
-def test_resolve_refuses_symlink_loop(tmp_path: Path) -> None:
-    (tmp_path / "loop").symlink_to(tmp_path / "loop")
-    with pytest.raises(UsageError, match="loop"):
-        resolve_in_workspace(tmp_path, "loop/x")
-
-
 # --- expand_globs -----------------------------------------------------------------------
+
+
+def _expand(workspace: Path, patterns: list[str]) -> list[str]:
+    with Beneath(workspace) as tree:
+        return expand_globs(tree, patterns)
 
 
 def test_expand_recursive_and_single_level(tmp_path: Path) -> None:
     _touch(tmp_path, "a.py", "src/b.py", "src/deep/c.py", "src/d.txt", "docs/e.py")
-    assert expand_globs(tmp_path, ["**/*.py"]) == [
+    assert _expand(tmp_path, ["**/*.py"]) == [
         "a.py",
         "docs/e.py",
         "src/b.py",
         "src/deep/c.py",
     ]
-    assert expand_globs(tmp_path, ["src/*.py"]) == ["src/b.py"]
-    assert expand_globs(tmp_path, ["*/*.py"]) == ["docs/e.py", "src/b.py"]
-    assert expand_globs(tmp_path, ["src/**"]) == ["src/b.py", "src/d.txt", "src/deep/c.py"]
-    assert expand_globs(tmp_path, ["src/**/c.py"]) == ["src/deep/c.py"]
-    assert expand_globs(tmp_path, ["src/?.[pt]*"]) == ["src/b.py", "src/d.txt"]
+    assert _expand(tmp_path, ["src/*.py"]) == ["src/b.py"]
+    assert _expand(tmp_path, ["*/*.py"]) == ["docs/e.py", "src/b.py"]
+    assert _expand(tmp_path, ["src/**"]) == ["src/b.py", "src/d.txt", "src/deep/c.py"]
+    assert _expand(tmp_path, ["src/**/c.py"]) == ["src/deep/c.py"]
+    assert _expand(tmp_path, ["src/?.[pt]*"]) == ["src/b.py", "src/d.txt"]
 
 
 def test_expand_sorted_unique_across_patterns(tmp_path: Path) -> None:
     _touch(tmp_path, "b.txt", "a.txt")
-    assert expand_globs(tmp_path, ["*.txt", "a.txt", "./b.txt"]) == ["a.txt", "b.txt"]
+    assert _expand(tmp_path, ["*.txt", "a.txt", "./b.txt"]) == ["a.txt", "b.txt"]
 
 
 def test_expand_never_returns_agent_or_git(tmp_path: Path) -> None:
@@ -209,7 +118,7 @@ def test_expand_never_returns_agent_or_git(tmp_path: Path) -> None:
         "sub/.git/config",
         "sub/.gitignore",
     )
-    assert expand_globs(tmp_path, ["**", "**/*", ".agent/config.yml", ".git/HEAD"]) == [
+    assert _expand(tmp_path, ["**", "**/*", ".agent/config.yml", ".git/HEAD"]) == [
         "keep.txt",
         "sub/.gitignore",
     ]
@@ -217,12 +126,12 @@ def test_expand_never_returns_agent_or_git(tmp_path: Path) -> None:
 
 def test_expand_returns_missing_plain_path(tmp_path: Path) -> None:
     # A file a command will create: the snapshot records it as absent.
-    assert expand_globs(tmp_path, ["out/build.log", "*.none"]) == ["out/build.log"]
+    assert _expand(tmp_path, ["out/build.log", "*.none"]) == ["out/build.log"]
 
 
 def test_expand_plain_directory_means_its_files(tmp_path: Path) -> None:
     _touch(tmp_path, "dist/a.js", "dist/sub/b.js", "other.js")
-    assert expand_globs(tmp_path, ["dist"]) == ["dist/a.js", "dist/sub/b.js"]
+    assert _expand(tmp_path, ["dist"]) == ["dist/a.js", "dist/sub/b.js"]
 
 
 def test_expand_symlinks(tmp_path: Path) -> None:
@@ -234,9 +143,9 @@ def test_expand_symlinks(tmp_path: Path) -> None:
     (workspace / "outside_link.txt").symlink_to(outside / "secret.txt")
     (workspace / "dir_link").symlink_to(workspace / "d")
     # Symlinked files inside count; those leading out do not; symlinked dirs are not walked.
-    assert expand_globs(workspace, ["**/*.txt"]) == ["d/x.txt", "inside_link.txt", "real.txt"]
+    assert _expand(workspace, ["**/*.txt"]) == ["d/x.txt", "inside_link.txt", "real.txt"]
     with pytest.raises(UsageError, match="outside the workspace"):
-        expand_globs(workspace, ["outside_link.txt"])
+        _expand(workspace, ["outside_link.txt"])
 
 
 def test_expand_refuses_walk_through_escaping_symlink(tmp_path: Path) -> None:
@@ -245,10 +154,10 @@ def test_expand_refuses_walk_through_escaping_symlink(tmp_path: Path) -> None:
     workspace.mkdir()
     (workspace / "out").symlink_to(tmp_path / "outside")
     with pytest.raises(UsageError, match="outside the workspace"):
-        expand_globs(workspace, ["out/*.txt"])
+        _expand(workspace, ["out/*.txt"])
 
 
 @pytest.mark.parametrize("pattern", ["/etc/*", "../*.txt", "src/../../x", "", "src/**/../.."])
 def test_expand_refuses_escaping_patterns(tmp_path: Path, pattern: str) -> None:
     with pytest.raises(UsageError, match="relative to the workspace"):
-        expand_globs(tmp_path, [pattern])
+        _expand(tmp_path, [pattern])

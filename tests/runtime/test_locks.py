@@ -22,23 +22,33 @@ from acode.runtime.locks import (
     SessionLock,
     acquire,
     force_unlock,
+    holder,
     is_locked,
     lock_path,
     read_owner,
 )
+from acode.runtime.private_dirs import check_state_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SID = "0193a5b2-7c1d-7e00-8000-000000000001"
 NOW = "2026-11-25T10:00:00Z"
 
 # Holds the lock until its stdin closes; each line read is answered with owns_path().
+# "spawn" starts a child first, "fork" forks one that keeps the lock's descriptor; either
+# prints the child's pid.
 HOLDER = """
-import subprocess, sys
+import os, subprocess, sys, time
 from pathlib import Path
 from acode.runtime.locks import acquire
 lock = acquire(Path(sys.argv[1]), sys.argv[2], command="holder", now_iso="2026-11-25T09:00:00Z")
 if sys.argv[3:] == ["spawn"]:
     print(subprocess.Popen(["sleep", "5"], close_fds=False).pid, flush=True)
+if sys.argv[3:] == ["fork"]:
+    child = os.fork()
+    if child == 0:  # keeps the inherited lock descriptor, and nothing else to do
+        time.sleep(60)
+        os._exit(0)
+    print(child, flush=True)
 print("locked", flush=True)
 for _ in sys.stdin:
     print(lock.owns_path(), flush=True)
@@ -126,6 +136,13 @@ def start_holder(
     return start
 
 
+def _wait_until_free(locks_dir: Path) -> None:
+    deadline = time.monotonic() + 10
+    while is_locked(locks_dir, SID):
+        assert time.monotonic() < deadline, "the lock was never freed"
+        time.sleep(0.01)
+
+
 def _wait_locked(proc: subprocess.Popen[str]) -> None:
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "locked"
@@ -203,6 +220,57 @@ def test_holder_in_another_process_is_named(locks_dir: Path, start_holder) -> No
     assert f"pid {holder.pid} on host {socket.gethostname()}" in caught.value.message
     assert "(holder)" in caught.value.message
     assert is_locked(locks_dir, SID)
+
+
+def test_holder_names_the_recorded_owner_while_it_holds_the_lock(
+    locks_dir: Path, start_holder
+) -> None:
+    assert holder(locks_dir, SID) is None
+    proc = start_holder()
+    _wait_locked(proc)
+    shown = holder(locks_dir, SID)
+    assert shown is not None
+    assert shown.startswith(f"pid {proc.pid} on host {socket.gethostname()} since")
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_a_child_that_kept_a_killed_holders_lock_is_not_acode(
+    locks_dir: Path, start_holder
+) -> None:
+    # A holder whose child inherited the lock's descriptor (fork, no exec) and outlived it.
+    proc = start_holder("fork")
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    try:
+        _wait_locked(proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=5)
+        with pytest.raises(SessionLockedError) as caught:
+            _acquire(locks_dir)
+        assert caught.value.code is ErrorCode.LOCK_HELD
+        assert f"held by pid {child} ({sys.executable} -c import os" in caught.value.message
+        assert f"not the acode that took it (pid {proc.pid} on host" in caught.value.message
+        assert f"kill {child}" in (caught.value.hint or "")
+        shown = holder(locks_dir, SID)
+        assert shown is not None
+        assert shown.startswith(f"pid {child} (")
+        assert shown.endswith("), not the acode that took it")
+    finally:
+        os.kill(child, signal.SIGKILL)
+    _wait_until_free(locks_dir)
+    with _acquire(locks_dir):  # once the child is gone, the lock is free again
+        pass
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can give a directory to another user")
+def test_a_state_directory_of_another_user_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    os.chown(state, 65534, 65534)
+    with pytest.raises(SessionLockedError) as caught:
+        check_state_dir(state)
+    assert caught.value.code is ErrorCode.LOCK_OWNER
+    assert f"state directory {state} is owned by uid 65534" in caught.value.message
 
 
 def test_sigkill_of_the_holder_frees_the_lock_at_once(locks_dir: Path, start_holder) -> None:

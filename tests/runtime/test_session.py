@@ -279,7 +279,7 @@ def _interrupted_write(workspace: Path, content: str, monkeypatch: pytest.Monkey
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(file_steps, "atomic_write", killed)
+        patch.setattr(file_steps, "write_file", killed)
         with pytest.raises(KeyboardInterrupt):
             s.write("w2", "f.txt", content)
     s.close()

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acode.domain.kinds import StepKind
 from acode.errors import StepFailedError
-from acode.runtime.files import (
-    atomic_write,
-    resolve_in_workspace,
-    sha256_bytes,
-    sha256_file,
-    stat_file,
-)
+from acode.runtime.beneath import Beneath
+from acode.runtime.files import sha256_bytes
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 from acode.runtime.workspace import StatePaths
 from acode.store.records import FileRow
@@ -27,6 +24,7 @@ __all__ = [
     "ReadStep",
     "WriteStep",
     "observe",
+    "read_file",
     "read_in_workspace",
     "restore_image",
     "write_file",
@@ -35,38 +33,54 @@ __all__ = [
 
 def read_in_workspace(workspace: Path, path: str) -> bytes | None:
     """The content of workspace file ``path``; None when there is none."""
-    target = resolve_in_workspace(workspace, path)
+    with Beneath(workspace) as tree:
+        found = read_file(tree, path)
+    return None if found is None else found[0]
+
+
+def read_file(tree: Beneath, path: str) -> tuple[bytes, os.stat_result] | None:
+    """The content of the workspace file ``path`` and its stat, from one descriptor;
+    None when there is no such file."""
     try:
-        return target.read_bytes()
-    except FileNotFoundError:
-        return None
+        opened = tree.open_read(path)
     except IsADirectoryError as exc:
         raise StepFailedError(f"{path} is a directory, not a file") from exc
+    if opened is None:
+        return None
+    fd, info = opened
+    with open(fd, "rb", closefd=True) as handle:
+        return handle.read(), info
 
 
-def observe(env: StepEnv, path: str, sha: str | None = None) -> FileRow:
+def observe(tree: Beneath, path: str, sha: str | None = None) -> FileRow:
     """The file as it is now, for the environment check of a later resume. ``sha``
     saves re-reading a file whose content the caller just handled."""
-    target = resolve_in_workspace(env.ctx.workspace, path)
-    stat = stat_file(target)
-    if stat is None:
+    if sha is not None:
+        info = tree.stat(path)
+        return FileRow(path, None, None, None) if info is None else _row(path, sha, info)
+    opened = tree.open_read(path)
+    if opened is None:
         return FileRow(path, None, None, None)
-    return FileRow(path, sha or sha256_file(target), stat.size, stat.mtime_ns)
+    fd, info = opened
+    with open(fd, "rb", closefd=True) as handle:
+        return _row(path, hashlib.file_digest(handle, "sha256").hexdigest(), info)
 
 
-def write_file(env: StepEnv, path: str, data: bytes) -> None:
+def _row(path: str, sha: str, info: os.stat_result) -> FileRow:
+    return FileRow(path, sha, info.st_size, info.st_mtime_ns)
+
+
+def write_file(env: StepEnv, tree: Beneath, path: str, data: bytes) -> None:
     """An atomic write whose temporary file stays in acode's state, never the workspace."""
-    target = resolve_in_workspace(env.ctx.workspace, path)
-    temp_dir = StatePaths(env.ctx.workspace).temp_dir(env.ctx.session_id)
-    atomic_write(target, data, temp_dir=temp_dir)
+    tree.write(path, data, staging=StatePaths.temp_parts(env.ctx.session_id))
 
 
-def restore_image(env: StepEnv, path: str, sha: str | None) -> None:
+def restore_image(env: StepEnv, tree: Beneath, path: str, sha: str | None) -> None:
     """Put ``path`` back as it was: the stored image, or absent."""
     if sha is None:
-        resolve_in_workspace(env.ctx.workspace, path).unlink(missing_ok=True)
+        tree.unlink(path)
     else:
-        write_file(env, path, env.store.blob(sha))
+        write_file(env, tree, path, env.store.blob(sha))
 
 
 @dataclass(frozen=True)
@@ -82,17 +96,19 @@ class ReadStep:
         return Prepared()
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
-        data = read_in_workspace(env.ctx.workspace, self.path)
-        if data is None:
+        with Beneath(env.ctx.workspace) as tree:
+            found = read_file(tree, self.path)
+        if found is None:
             raise StepFailedError(
                 f"cannot read {self.path}: no such file in {env.ctx.workspace}",
                 hint="check the path; paths are relative to the workspace",
             )
+        data, info = found
         sha = sha256_bytes(data)
         return Outcome(
             {"path": self.path, "sha256": sha, "size": len(data)},
             blobs=((sha, data),),
-            files=(observe(env, self.path, sha),),
+            files=(_row(self.path, sha, info),),
         )
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
@@ -123,7 +139,9 @@ class _Replace:
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
         post_sha, data = prepared.blobs[0]
-        write_file(env, self.path, data)
+        with Beneath(env.ctx.workspace) as tree:
+            write_file(env, tree, self.path, data)
+            observed = observe(tree, self.path, post_sha)
         return Outcome(
             {
                 "path": self.path,
@@ -131,11 +149,15 @@ class _Replace:
                 "size": len(data),
                 "pre": prepared.record["pre"],
             },
-            files=(observe(env, self.path, post_sha),),
+            files=(observed,),
         )
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
-        current = sha256_file(resolve_in_workspace(env.ctx.workspace, self.path))
+        with Beneath(env.ctx.workspace) as tree:
+            return self._recover(env, tree, started)
+
+    def _recover(self, env: StepEnv, tree: Beneath, started: dict[str, Any]) -> Recovery:
+        current = tree.sha256(self.path)
         pre, post = started["pre"], started["post"]
         if current == post:
             size = len(env.store.blob(post))
@@ -143,7 +165,7 @@ class _Replace:
                 RecoveryAction.ALREADY_DONE,
                 f"{self.path} already has the expected content",
                 result={"path": self.path, "sha256": post, "size": size, "pre": pre},
-                files=(observe(env, self.path, post),),
+                files=(observe(tree, self.path, post),),
             )
         if current == pre:
             return Recovery(RecoveryAction.RETRY, f"{self.path} is untouched; writing it again")
@@ -151,7 +173,7 @@ class _Replace:
             return Recovery(
                 RecoveryAction.RETRY, f"{self.path} changed; strategy retry writes over it"
             )
-        restore_image(env, self.path, pre)
+        restore_image(env, tree, self.path, pre)
         return Recovery(
             RecoveryAction.ROLLBACK_AND_RETRY,
             f"{self.path} was partly changed; restored the recorded pre-image",

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from acode.domain.kinds import StepKind
 from acode.errors import StepFailedError
-from acode.runtime.files import expand_globs, resolve_in_workspace, sha256_bytes, sha256_file
+from acode.runtime.beneath import Beneath
+from acode.runtime.files import expand_globs, sha256_bytes
 from acode.runtime.git import (
     BACKUP_SUFFIX,
     is_work_tree,
@@ -25,7 +26,7 @@ from acode.runtime.git import (
 from acode.runtime.orphans import SESSION_ENV, NotedCommand
 from acode.runtime.process import CommandResult, run_command
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
-from acode.runtime.steps.file_steps import observe, restore_image
+from acode.runtime.steps.file_steps import observe, read_file, restore_image
 from acode.runtime.workspace import StatePaths
 
 if TYPE_CHECKING:
@@ -63,15 +64,15 @@ class RunStep:
             return Prepared({"command": self.command, "snapshot": {}, "ghost": ghost})
         snapshot: dict[str, str | None] = {}
         blobs: list[tuple[str, bytes]] = []
-        for rel in expand_globs(env.ctx.workspace, self.paths):
-            target = resolve_in_workspace(env.ctx.workspace, rel)
-            if target.is_file():
-                data = target.read_bytes()
-                sha = sha256_bytes(data)
-                blobs.append((sha, data))
+        with Beneath(ctx.workspace) as tree:
+            for rel in expand_globs(tree, self.paths):
+                found = read_file(tree, rel)
+                if found is None:
+                    snapshot[rel] = None
+                    continue
+                sha = sha256_bytes(found[0])
+                blobs.append((sha, found[0]))
                 snapshot[rel] = sha
-            else:
-                snapshot[rel] = None
         return Prepared({"command": self.command, "snapshot": snapshot}, tuple(blobs))
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
@@ -97,7 +98,8 @@ class RunStep:
                 f"`{self.command}` exited with status {result.exit_code}"
                 + (f":\n{tail}" if tail else "")
             )
-        files = tuple(observe(env, rel) for rel in expand_globs(env.ctx.workspace, self.paths))
+        with Beneath(env.ctx.workspace) as tree:
+            files = tuple(observe(tree, rel) for rel in expand_globs(tree, self.paths))
         return Outcome(result.to_json(), files=files)
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
@@ -116,10 +118,11 @@ class RunStep:
         if ghost:
             return self._restore_ghost(env, ghost)
         restored = []
-        for rel, sha in sorted(snapshot.items()):
-            if sha256_file(resolve_in_workspace(env.ctx.workspace, rel)) != sha:
-                restore_image(env, rel, sha)
-                restored.append(rel)
+        with Beneath(env.ctx.workspace) as tree:
+            for rel, sha in sorted(snapshot.items()):
+                if tree.sha256(rel) != sha:
+                    restore_image(env, tree, rel, sha)
+                    restored.append(rel)
         return Recovery(
             RecoveryAction.ROLLBACK_AND_RETRY,
             f"restored {len(restored)} of {len(snapshot)} declared files, running again",

@@ -1,5 +1,11 @@
 """Output for people and for programs: Rich on a terminal, plain text otherwise, JSON
-on request. Every message that reports a problem says what to do next."""
+on request. Every message that reports a problem says what to do next.
+
+Everything acode prints goes through the redactor (DESIGN.md invariant 7): the two
+consoles write through :class:`_Redacted`, which masks each text Rich renders before it
+reaches the stream, and :func:`emit_json` masks every string of the value. A table
+cell is masked before it goes into the table (:func:`cells`), where a narrow column
+could fold or cut a secret into a shape the redactor no longer knows."""
 
 from __future__ import annotations
 
@@ -18,8 +24,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ago",
+    "cells",
     "count",
     "emit_json",
+    "emit_text",
     "err_console",
     "iso",
     "keyboard",
@@ -31,6 +39,24 @@ _out: Console | None = None
 _err: Console | None = None
 
 
+class _Redacted:
+    """A text stream that masks secrets in what is written to it, and is otherwise the
+    stream it wraps (Rich asks it whether it is a terminal, its encoding, its fileno).
+    Rich writes each rendered print in one call, so a secret is never split between
+    two writes; highlighting is off, so no style code is put inside one."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from acode.security.redaction import redact
+
+        return self._stream.write(redact(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def out_console() -> Console:
     global _out
     if _out is None:
@@ -38,7 +64,7 @@ def out_console() -> Console:
 
         # soft_wrap: a long message stays one line in a pipe or a log (one problem, one
         # line); a terminal still wraps it for the eye.
-        _out = Console(highlight=False, soft_wrap=True)
+        _out = Console(file=_redacted(sys.stdout), highlight=False, soft_wrap=True)
     return _out
 
 
@@ -47,8 +73,19 @@ def err_console() -> Console:
     if _err is None:
         from rich.console import Console
 
-        _err = Console(stderr=True, highlight=False, soft_wrap=True)
+        _err = Console(file=_redacted(sys.stderr), highlight=False, soft_wrap=True)
     return _err
+
+
+def _redacted(stream: TextIO) -> TextIO:
+    return cast("TextIO", _Redacted(stream))
+
+
+def cells(*values: str) -> list[str]:
+    """A table row's cells, each masked whole before the table can fold or cut it."""
+    from acode.security.redaction import redact
+
+    return [redact(value) for value in values]
 
 
 class _Keyboard:
@@ -102,7 +139,17 @@ def keyboard() -> TextIO:
 
 
 def emit_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=None) + "\n")
+    from acode.security.redaction import redact_json
+
+    sys.stdout.write(json.dumps(redact_json(value), ensure_ascii=False, indent=None) + "\n")
+    sys.stdout.flush()
+
+
+def emit_text(text: str) -> None:
+    """Text printed as it is, without Rich (an export to stdout), masked like the rest."""
+    from acode.security.redaction import redact
+
+    sys.stdout.write(redact(text))
     sys.stdout.flush()
 
 

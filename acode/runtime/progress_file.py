@@ -223,7 +223,10 @@ def _shown_result(kind: str, result: Any) -> Any:
         if not text and stream == "stderr":
             continue
         lines = text.splitlines()
-        shown[stream] = lines[-RUN_TAIL_LINES:]  # a list: one line of output per line of JSON
+        # Masked before it is cut into lines: a private key spans many, and a line of its
+        # body alone cannot be told from other base64.
+        tail = redact("\n".join(lines[-RUN_TAIL_LINES:])).splitlines()
+        shown[stream] = tail  # a list: one line of output per line of JSON
         if len(lines) > RUN_TAIL_LINES:
             shown[f"{stream}_lines_not_shown"] = len(lines) - RUN_TAIL_LINES
     if result.get("truncated"):

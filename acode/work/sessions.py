@@ -45,6 +45,7 @@ from acode.runtime.clock import SystemClock
 from acode.runtime.files import atomic_write
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
+from acode.security.redaction import redact_json
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
 from acode.work.ledger import append_to, held, recorded_results
@@ -228,7 +229,8 @@ def repair(ws: Workspace) -> list[WorkSession]:
 
 def _render(ws: Workspace, wsession: WorkSession) -> None:
     path = ws.root / WSESSIONS_DIR / f"{wsession.id}.json"
-    text = json.dumps(wsession.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    # The document is meant to be committed: its breadcrumbs and summaries as shown.
+    text = json.dumps(redact_json(wsession.to_dict()), indent=2, ensure_ascii=False) + "\n"
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return
     path.parent.mkdir(parents=True, exist_ok=True)

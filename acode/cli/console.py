@@ -14,6 +14,7 @@ import os
 import select
 import signal
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
@@ -45,16 +46,22 @@ class _Redacted:
     Rich writes each rendered print in one call, so a secret is never split between
     two writes; highlighting is off, so no style code is put inside one."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
+    def __init__(self, stream: Callable[[], TextIO]) -> None:
+        self._stream = stream  # looked up at each use, as Rich does: tests swap sys.stdout
+
+    def _target(self) -> TextIO:
+        stream = self._stream()
+        # While a live display runs, sys.stdout is Rich's proxy, which prints through
+        # this console: write to the stream it stands for, as Rich's own console does.
+        return cast("TextIO", getattr(stream, "rich_proxied_file", stream))
 
     def write(self, text: str) -> int:
         from acode.security.redaction import redact
 
-        return self._stream.write(redact(text))
+        return self._target().write(redact(text))
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+        return getattr(self._target(), name)
 
 
 def out_console() -> Console:
@@ -64,7 +71,7 @@ def out_console() -> Console:
 
         # soft_wrap: a long message stays one line in a pipe or a log (one problem, one
         # line); a terminal still wraps it for the eye.
-        _out = Console(file=_redacted(sys.stdout), highlight=False, soft_wrap=True)
+        _out = Console(file=_redacted(lambda: sys.stdout), highlight=False, soft_wrap=True)
     return _out
 
 
@@ -73,11 +80,11 @@ def err_console() -> Console:
     if _err is None:
         from rich.console import Console
 
-        _err = Console(file=_redacted(sys.stderr), highlight=False, soft_wrap=True)
+        _err = Console(file=_redacted(lambda: sys.stderr), highlight=False, soft_wrap=True)
     return _err
 
 
-def _redacted(stream: TextIO) -> TextIO:
+def _redacted(stream: Callable[[], TextIO]) -> TextIO:
     return cast("TextIO", _Redacted(stream))
 
 

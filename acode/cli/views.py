@@ -10,7 +10,7 @@ from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summa
 from acode.domain.events import Event
 from acode.domain.reducer import SessionSummary, StepRecord
 from acode.domain.usage import Usage
-from acode.security.redaction import redact_json
+from acode.security.redaction import redact, redact_json
 from acode.store.records import SessionRow
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ def _event_detail(event: Event) -> str:
         case "approval_decided":
             return f"{'approved' if p.get('approved') else 'denied'} by {p.get('by')}"
         case "step_failed":
-            return str(p.get("error", ""))[:80]
+            return redact(str(p.get("error", "")))[:80]  # masked, then cut
         case _:
             return ""
 

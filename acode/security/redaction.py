@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["MASK", "redact", "redact_json"]
+__all__ = ["MASK", "redact", "redact_blocks", "redact_json"]
 
 MASK = "***"
 PRIVATE_KEY_MASK = "***private key redacted***"
@@ -214,6 +214,12 @@ def redact(text: str) -> str:
             if masked != text:  # the later rules read what this one left
                 text, folded = masked, masked.casefold()
     return text
+
+
+def redact_blocks(text: str) -> str:
+    """``text`` with what spans lines (private keys) masked: for a text about to be cut
+    into lines that are then redacted one by one. Every other shape fits on one line."""
+    return _private_keys(text) if _private_key_clue(text, "") else text
 
 
 def redact_json(value: Any) -> Any:

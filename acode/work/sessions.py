@@ -45,7 +45,7 @@ from acode.runtime.clock import SystemClock
 from acode.runtime.files import atomic_write
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
-from acode.security.redaction import redact_json
+from acode.security.redaction import redact, redact_json
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
 from acode.work.ledger import append_to, held, recorded_results
@@ -492,7 +492,9 @@ def _append_breadcrumb(
             data=fields.get("data"),
         )
         record = crumb.to_dict()
-        session.step(crumb.id, lambda ctx: record, input=record, title=crumb.message[:60])
+        # The title is shown cut: masked first, or a secret cut short would keep no shape.
+        title = redact(crumb.message)[:60]
+        session.step(crumb.id, lambda ctx: record, input=record, title=title)
     return crumb
 
 

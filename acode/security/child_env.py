@@ -49,18 +49,38 @@ def child_environment(
 def scrub_own_environment() -> None:
     """Blank the withheld values in this process's own environment block, which any
     process of the same user can read in /proc/PID/environ. ``os.environ`` is Python's
-    copy, made at start-up, and keeps them for acode's own use."""
-    if not any(os.environ.get(name) for name in WITHHELD):
-        return  # the usual case: nothing to scrub, and no ctypes to import
-    import ctypes
+    copy, made at start-up, and keeps them for acode's own use.
 
-    entries = ctypes.POINTER(ctypes.c_void_p).in_dll(ctypes.CDLL(None), "environ")
-    prefixes = tuple(f"{name}=".encode() for name in WITHHELD)
-    index = 0
-    while (address := entries[index]) is not None:
-        entry = ctypes.string_at(address)
-        prefix = next((p for p in prefixes if entry.startswith(p)), None)
-        if prefix is not None:
-            # In place: the block /proc shows is the one these entries point into.
-            ctypes.memset(address + len(prefix), 0, len(entry) - len(prefix))
-        index += 1
+    The block is overwritten through /proc/self/mem, at the addresses /proc/self/stat
+    gives (``env_start``, ``env_end``): no ctypes to import on the command's way in.
+    Where that cannot be done (no /proc), no other process can read the block either."""
+    if not any(os.environ.get(name) for name in WITHHELD):
+        return  # the usual case: nothing to scrub
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        # Fields 50 and 51 of stat(5); the first two (pid, comm) are before the ")".
+        start, end = int(fields[47]), int(fields[48])
+        with open("/proc/self/mem", "r+b", buffering=0) as memory:
+            memory.seek(start)
+            block = memory.read(end - start)
+            for name in WITHHELD:
+                for value in _values(block, f"{name}=".encode()):
+                    memory.seek(start + value.start)
+                    memory.write(bytes(value.stop - value.start))
+    except (OSError, ValueError, IndexError):
+        return
+
+
+def _values(block: bytes, prefix: bytes) -> list[range]:
+    """Where, in an environment block (NUL-separated ``NAME=value`` entries), the values
+    of the entries that start with ``prefix`` lie."""
+    found = []
+    position = 0
+    while position < len(block):
+        end = block.find(b"\0", position)
+        end = len(block) if end < 0 else end
+        if block.startswith(prefix, position):
+            found.append(range(position + len(prefix), end))
+        position = end + 1
+    return found

@@ -13,7 +13,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     ├── TerminalStateError         ACODE-RESUME-002                             exit 15
     ├── SessionLockedError         ACODE-RESUME-003 / ACODE-LOCK-*              exit 16
     ├── EnvironmentValidationError ACODE-RESUME-004                             exit 17
-    ├── CheckpointError            ACODE-RESUME-005 / ACODE-CKPT-*              exit 1
+    ├── CheckpointError            ACODE-RESUME-005 / ACODE-CKPT-* / ACODE-KEY-001 exit 1
     ├── ApprovalChangedError       ACODE-APPROVE-001 (what it gates changed)    exit 1
     ├── NonDeterminismError        ACODE-RESUME-007                             exit 1
     ├── StepFailedError            a step's action failed                       exit 1
@@ -78,6 +78,7 @@ class ErrorCode(StrEnum):
     CHAIN_BROKEN = "ACODE-CKPT-002"
     KEY_CHANGED = "ACODE-CKPT-003"
     APPROVAL_CHANGED = "ACODE-APPROVE-001"
+    KEY_WITHHELD = "ACODE-KEY-001"
     LOCK_PERMISSIONS = "ACODE-LOCK-001"
     LOCK_OWNER = "ACODE-LOCK-002"
     LOCK_HELD = "ACODE-LOCK-003"

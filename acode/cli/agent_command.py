@@ -42,8 +42,11 @@ class AgentRequest:
 
 
 def task_title(task: str) -> str:
-    """The session's title: the task's first line, shortened."""
-    line = task.strip().splitlines()[0] if task.strip() else task
+    """The session's title: the task's first line, shortened (masked first, so that a
+    secret cut short does not lose the shape that would have had it masked)."""
+    from acode.security.redaction import redact
+
+    line = redact(task.strip().splitlines()[0] if task.strip() else task)
     return line if len(line) <= _TITLE_LENGTH else line[: _TITLE_LENGTH - 3] + "..."
 
 

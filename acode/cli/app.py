@@ -445,6 +445,10 @@ def approve(
 def main() -> None:
     """Entry point: maps every outcome to the documented exit status."""
     from acode.cli.console import err_console, render_error
+    from acode.security.child_env import scrub_own_environment
+
+    # Before anything can start a process that reads this one's /proc/PID/environ.
+    scrub_own_environment()
 
     _add_work_commands(sys.argv[1:])
     try:

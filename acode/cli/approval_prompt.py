@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from acode.cli.console import err_console, keyboard, printable
 from acode.runtime.approval_view import GatedView
+from acode.security.child_env import child_environment
 from acode.security.redaction import redact
 
 if TYPE_CHECKING:
@@ -106,7 +107,9 @@ def page(view: GatedView) -> None:
         return
     sys.stderr.flush()
     try:
-        pager = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=sys.stderr.fileno())
+        pager = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=sys.stderr.fileno(), env=child_environment()
+        )
     except OSError as exc:
         err_console().print(f"cannot start the pager {command[0]}: {exc}", markup=False)
         err_console().print(text, markup=False, end="")

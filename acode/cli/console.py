@@ -1,5 +1,11 @@
 """Output for people and for programs: Rich on a terminal, plain text otherwise, JSON
-on request. Every message that reports a problem says what to do next."""
+on request. Every message that reports a problem says what to do next.
+
+Everything acode prints goes through the redactor (DESIGN.md invariant 7): the two
+consoles write through :class:`_Redacted`, which masks each text Rich renders before it
+reaches the stream, and :func:`emit_json` masks every string of the value. A table
+cell is masked before it goes into the table (:func:`cells`), where a narrow column
+could fold or cut a secret into a shape the redactor no longer knows."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import re
 import select
 import signal
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
@@ -19,8 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ago",
+    "cells",
     "count",
     "emit_json",
+    "emit_text",
     "err_console",
     "iso",
     "keyboard",
@@ -33,6 +42,30 @@ _out: Console | None = None
 _err: Console | None = None
 
 
+class _Redacted:
+    """A text stream that masks secrets in what is written to it, and is otherwise the
+    stream it wraps (Rich asks it whether it is a terminal, its encoding, its fileno).
+    Rich writes each rendered print in one call, so a secret is never split between
+    two writes; highlighting is off, so no style code is put inside one."""
+
+    def __init__(self, stream: Callable[[], TextIO]) -> None:
+        self._stream = stream  # looked up at each use, as Rich does: tests swap sys.stdout
+
+    def _target(self) -> TextIO:
+        stream = self._stream()
+        # While a live display runs, sys.stdout is Rich's proxy, which prints through
+        # this console: write to the stream it stands for, as Rich's own console does.
+        return cast("TextIO", getattr(stream, "rich_proxied_file", stream))
+
+    def write(self, text: str) -> int:
+        from acode.security.redaction import redact
+
+        return self._target().write(redact(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
 def out_console() -> Console:
     global _out
     if _out is None:
@@ -40,7 +73,7 @@ def out_console() -> Console:
 
         # soft_wrap: a long message stays one line in a pipe or a log (one problem, one
         # line); a terminal still wraps it for the eye.
-        _out = Console(highlight=False, soft_wrap=True)
+        _out = Console(file=_redacted(lambda: sys.stdout), highlight=False, soft_wrap=True)
     return _out
 
 
@@ -49,8 +82,19 @@ def err_console() -> Console:
     if _err is None:
         from rich.console import Console
 
-        _err = Console(stderr=True, highlight=False, soft_wrap=True)
+        _err = Console(file=_redacted(lambda: sys.stderr), highlight=False, soft_wrap=True)
     return _err
+
+
+def _redacted(stream: Callable[[], TextIO]) -> TextIO:
+    return cast("TextIO", _Redacted(stream))
+
+
+def cells(*values: str) -> list[str]:
+    """A table row's cells, each masked whole before the table can fold or cut it."""
+    from acode.security.redaction import redact
+
+    return [redact(value) for value in values]
 
 
 class _Keyboard:
@@ -121,7 +165,17 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def emit_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=None) + "\n")
+    from acode.security.redaction import redact_json
+
+    sys.stdout.write(json.dumps(redact_json(value), ensure_ascii=False, indent=None) + "\n")
+    sys.stdout.flush()
+
+
+def emit_text(text: str) -> None:
+    """Text printed as it is, without Rich (an export to stdout), masked like the rest."""
+    from acode.security.redaction import redact
+
+    sys.stdout.write(redact(text))
     sys.stdout.flush()
 
 

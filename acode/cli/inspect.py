@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from acode.cli.console import emit_json, err_console, out_console
+from acode.cli.console import emit_json, emit_text, err_console, out_console
 from acode.cli.sync_command import configured_remote, list_remote
 from acode.cli.views import (
     print_history,
@@ -128,7 +127,7 @@ def session_export(workspace: Path, session_id: str, fmt: str, output: Path | No
             raise SessionNotFoundError(f"no session {session_id!r}: {workspace} has no sessions")
         text = export_session(store, find_session(store, session_id), fmt)  # type: ignore[arg-type]
     if output is None:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        emit_text(text if text.endswith("\n") else text + "\n")
         return
     atomic_write(output.resolve(), text.encode())
     err_console().print(f"Wrote {output}", markup=False)

@@ -115,7 +115,8 @@ class RichObserver:
             p.start()
             self._live = True
         if notice.phase is StepPhase.STARTED:
-            p.update(self._task, description=f"{notice.step_id}: {notice.title}"[:60])
+            # Masked before it is cut: a secret cut short no longer has a shape to find.
+            p.update(self._task, description=redact(f"{notice.step_id}: {notice.title}")[:60])
             return
         if notice.phase is not StepPhase.SKIPPED:
             mark, colour = _MARKS[notice.phase]

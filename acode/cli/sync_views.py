@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from acode.cli.console import ago, count, emit_json, err_console, iso, out_console
+from acode.cli.console import ago, cells, count, emit_json, err_console, iso, out_console
 from acode.security.redaction import redact
 
 if TYPE_CHECKING:
@@ -214,13 +214,15 @@ def _print_listing(listing: list[dict[str, Any]], updated: dict[str, int], remot
     for item in listing:
         lease = item["lease"]
         table.add_row(
-            item["short_id"],
-            item["state"],
-            ago(updated[item["id"]], now),
-            _WHERE[item["where"]],
-            item["host"] or "-",
-            f"pid {lease['pid']} on {lease['host']}" if lease else "-",
-            item["title"],
+            *cells(
+                item["short_id"],
+                item["state"],
+                ago(updated[item["id"]], now),
+                _WHERE[item["where"]],
+                item["host"] or "-",
+                f"pid {lease['pid']} on {lease['host']}" if lease else "-",
+                item["title"],
+            )
         )
     console.print(f"Sessions on {remote} and here:", markup=False)
     console.print(table)

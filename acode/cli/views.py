@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from acode.cli.console import ago, count, emit_json, iso, out_console
+from acode.cli.console import ago, cells, count, emit_json, iso, out_console
 from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summary
 from acode.domain.events import Event
 from acode.domain.reducer import SessionSummary, StepRecord
@@ -80,7 +80,9 @@ def print_session_list(rows: list[SessionRow], as_json: bool) -> None:
     table.add_column("TITLE", overflow="ellipsis", ratio=1)
     for r in rows:
         state = f"{r.state} (discarded)" if r.archived else r.state
-        table.add_row(r.short_id, state, ago(r.updated_at, now), r.current_step or "-", r.title)
+        table.add_row(
+            *cells(r.short_id, state, ago(r.updated_at, now), r.current_step or "-", r.title)
+        )
     console.print(table)
 
 
@@ -146,12 +148,14 @@ def print_steps(steps: list[StepRecord]) -> None:
         table.add_column(name, no_wrap=name != "STEP")
     for s in steps:
         table.add_row(
-            str(s.position + 1),
-            s.step_id,
-            s.task_id or "-",
-            s.kind,
-            s.status.value,
-            str(s.attempt),
+            *cells(
+                str(s.position + 1),
+                s.step_id,
+                s.task_id or "-",
+                s.kind,
+                s.status.value,
+                str(s.attempt),
+            )
         )
     out_console().print(table)
 
@@ -183,7 +187,7 @@ def _event_detail(event: Event) -> str:
         case "approval_decided":
             return f"{'approved' if p.get('approved') else 'denied'} by {p.get('by')}"
         case "step_failed":
-            return str(p.get("error", ""))[:80]
+            return redact(str(p.get("error", "")))[:80]  # masked, then cut
         case _:
             return ""
 
@@ -203,11 +207,9 @@ def print_history(events: list[Event], as_json: bool) -> None:
     for e in events:
         step = e.payload.get("step")
         table.add_row(
-            str(e.seq),
-            iso(e.ts_us),
-            e.type.value,
-            str(step) if step else "",
-            redact(_event_detail(e)),
+            *cells(
+                str(e.seq), iso(e.ts_us), e.type.value, str(step) if step else "", _event_detail(e)
+            )
         )
     out_console().print(table)
 

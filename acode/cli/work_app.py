@@ -466,10 +466,14 @@ def breadcrumb_add(
     as_json: Json = False,
 ) -> None:
     """Record a breadcrumb in the active work session the cookie names."""
+    from acode.work.inbox import INBOX_ENV, add_through
     from acode.work.sessions import add_breadcrumb
 
-    ws = _ws(workspace)
-    crumb = add_breadcrumb(ws, cookie, message, expected=_expected_cookie())
+    inbox = os.environ.get(INBOX_ENV)
+    if inbox:  # inside an engine's turn: the acode running it records it (it holds the key)
+        crumb = add_through(inbox, cookie, message)
+    else:
+        crumb = add_breadcrumb(_ws(workspace), cookie, message, expected=_expected_cookie())
     if as_json:
         emit_json(crumb.to_dict())
         return
@@ -488,12 +492,18 @@ def breadcrumb_list(
     cookie: Cookie = None, workspace: Workspace_ = None, as_json: Json = False
 ) -> None:
     """List the breadcrumbs of the active work session the cookie names."""
+    from acode.work.inbox import INBOX_ENV, list_through
     from acode.work.sessions import list_breadcrumbs
 
-    w = list_breadcrumbs(_ws(workspace), cookie, expected=_expected_cookie())
-    if as_json:
-        emit_json([b.to_dict() for b in w.breadcrumbs])
-    elif not w.breadcrumbs:
-        _say([f"No breadcrumbs in {w.id} yet."])
+    inbox = os.environ.get(INBOX_ENV)
+    if inbox:
+        crumbs = list_through(inbox, cookie)
     else:
-        _say([f"{b.id}  {b.timestamp}  [{b.kind}] {b.message}" for b in w.breadcrumbs])
+        w = list_breadcrumbs(_ws(workspace), cookie, expected=_expected_cookie())
+        crumbs, cookie = list(w.breadcrumbs), w.id
+    if as_json:
+        emit_json([b.to_dict() for b in crumbs])
+    elif not crumbs:
+        _say([f"No breadcrumbs in {cookie} yet."])
+    else:
+        _say([f"{b.id}  {b.timestamp}  [{b.kind}] {b.message}" for b in crumbs])

@@ -31,6 +31,7 @@ from acode.errors import StepFailedError, UsageError
 from acode.runtime.atomic import write_at
 from acode.runtime.beneath import Beneath
 from acode.runtime.procfs import open_files, processes
+from acode.security.child_env import child_environment
 
 __all__ = [
     "BACKUP_SUFFIX",
@@ -76,12 +77,14 @@ def _git(
     *,
     env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run git in ``workspace``; failures are returned, not raised (see :func:`_git_ok`)."""
+    """Run git in ``workspace`` with ``env`` added to the environment (acode's secrets are
+    left out: git runs the repository's hooks); failures are returned, not raised (see
+    :func:`_git_ok`)."""
     try:
         return subprocess.run(
             ["git", *args],
             cwd=workspace,
-            env=dict(env) if env is not None else None,
+            env=child_environment(env),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -237,9 +240,9 @@ def _check_trailer(key: str, value: str) -> None:
 
 
 def _identity_env(workspace: Path) -> dict[str, str]:
-    """The environment for acode's commit: the user's, plus a fallback identity where the
-    repository configures none (instead of writing to any git configuration)."""
-    env = dict(os.environ)
+    """What acode's commit adds to the environment: a fallback identity where neither the
+    repository nor the environment gives one (instead of writing to any git configuration)."""
+    env: dict[str, str] = {}
     for field, role_var, fallback in (
         ("name", "NAME", FALLBACK_NAME),
         ("email", "EMAIL", FALLBACK_EMAIL),
@@ -249,7 +252,8 @@ def _identity_env(workspace: Path) -> dict[str, str]:
         if configured or (field == "email" and os.environ.get("EMAIL")):
             continue
         for role in ("AUTHOR", "COMMITTER"):
-            env.setdefault(f"GIT_{role}_{role_var}", fallback)
+            if f"GIT_{role}_{role_var}" not in os.environ:
+                env[f"GIT_{role}_{role_var}"] = fallback
     return env
 
 
@@ -301,7 +305,7 @@ def snapshot_worktree(workspace: Path, ref: str) -> str:
         for rel, entry in sorted(entries.items())
     )
     with tempfile.TemporaryDirectory(prefix="acode-index-") as scratch:
-        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
         _git_bytes(workspace, ["update-index", "--add", "-z", "--index-info"], env=env, stdin=lines)
         tree = _git_bytes(workspace, ["write-tree"], env=env).decode().strip()
     parent = ["-p", head] if head else []
@@ -315,7 +319,7 @@ def snapshot_worktree(workspace: Path, ref: str) -> str:
     commit = _git_bytes(
         workspace,
         ["commit-tree", tree, *parent, "-m", SNAPSHOT_MESSAGE],
-        env={**os.environ, **identity},
+        env=identity,
     )
     sha = commit.decode().strip()
     _git_ok(workspace, ["update-ref", "-m", SNAPSHOT_MESSAGE, ref, sha])
@@ -475,7 +479,7 @@ def _run_bytes(
         return subprocess.run(
             ["git", *args],
             cwd=workspace,
-            env=dict(env) if env is not None else None,
+            env=child_environment(env),
             input=stdin,
             capture_output=True,
             check=False,

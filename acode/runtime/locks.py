@@ -33,6 +33,7 @@ from typing import NamedTuple
 from acode.errors import ErrorCode, SessionLockedError, StorageError, UsageError
 from acode.runtime.private_dirs import open_private_dir
 from acode.runtime.procfs import command_line, holders
+from acode.security.redaction import redact
 
 __all__ = [
     "LockOwner",
@@ -69,7 +70,10 @@ class LockOwner(NamedTuple):
         return f"{text} ({self.command})" if self.command else text
 
     def to_json(self) -> bytes:
-        fields = {"pid": self.pid, "host": self.host, "since": self.since, "command": self.command}
+        # The command line holds the task of `acode run "..."`: the file is there for
+        # anyone who can read the workspace, so it gets the command as shown.
+        command = redact(self.command)
+        fields = {"pid": self.pid, "host": self.host, "since": self.since, "command": command}
         return json.dumps(fields, sort_keys=True).encode()
 
     @classmethod

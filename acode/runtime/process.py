@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from acode.errors import StepFailedError, StorageError
+from acode.security.child_env import child_environment
 
 __all__ = [
     "TIMEOUT_EXIT_CODE",
@@ -128,7 +129,8 @@ def run_command(
     max_output: int = 64 * 1024,
     env: Mapping[str, str] | None = None,
 ) -> CommandResult:
-    """Run ``command`` with ``/bin/sh -c`` in ``cwd`` and wait for it.
+    """Run ``command`` with ``/bin/sh -c`` in ``cwd`` and wait for it, in this process's
+    environment with ``env`` added and acode's secrets left out (:func:`child_environment`).
 
     Each of stdout and stderr keeps its last ``max_output`` bytes (``truncated`` says some
     were dropped). On a time-out the process group is terminated and the exit code is 124.
@@ -180,7 +182,7 @@ class _Spawner:
     def __init__(self, command: str, cwd: Path, env: Mapping[str, str] | None) -> None:
         self._command = command
         self._cwd = cwd
-        self._env = dict(env) if env is not None else None
+        self._env = child_environment(env)
         self._outcome: list[subprocess.Popen[bytes] | Exception] = []
         # An Event, not Thread.join: an interrupted join can mark a running thread as
         # finished (CPython 3.11), and a second join would then not wait.

@@ -30,7 +30,7 @@ from acode.runtime.files import atomic_write
 from acode.runtime.inspection import model_usage
 from acode.runtime.journal import Journal
 from acode.runtime.workspace import StatePaths
-from acode.security.redaction import redact, redact_json
+from acode.security.redaction import redact, redact_blocks, redact_json
 from acode.store.records import MessageRow, SessionRow
 from acode.store.sqlite_store import SqliteStore
 
@@ -245,7 +245,10 @@ def _shown_result(kind: str, result: Any) -> Any:
         if not text and stream == "stderr":
             continue
         lines = text.splitlines()
-        shown[stream] = lines[-RUN_TAIL_LINES:]  # a list: one line of output per line of JSON
+        # A private key spans many lines, and a line of its body alone cannot be told
+        # from other base64: masked before the cut (each line is redacted when shown).
+        tail = redact_blocks("\n".join(lines[-RUN_TAIL_LINES:])).splitlines()
+        shown[stream] = tail  # a list: one line of output per line of JSON
         if len(lines) > RUN_TAIL_LINES:
             shown[f"{stream}_lines_not_shown"] = len(lines) - RUN_TAIL_LINES
     if result.get("truncated"):

@@ -4,7 +4,9 @@ sessions' hash chains (acode.domain.chain).
 The key comes from ``ACODE_CHECKPOINT_SECRET`` or, when that is unset, from a key
 file created once with mode 0600 in the user's config directory. Someone who can
 edit the database but not read that key can neither edit nor forge an event, a
-checkpoint or an approval.
+checkpoint or an approval. A process that an acode session started gets no
+``ACODE_CHECKPOINT_SECRET`` (acode.security.child_env): an acode run there uses the key
+file if there is one, and never creates one, which would sign with a key of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from acode.domain.chain import CHAIN_VERSION, ChainKey, Mac
 from acode.errors import CheckpointError, ErrorCode
+from acode.security.child_env import KEY_WITHHELD_ENV
 
 __all__ = ["SECRET_ENV", "TAG_BYTES", "Signer", "key_path", "load_signer"]
 
@@ -74,7 +77,15 @@ def _key_file(path: Path) -> bytes:
     try:
         return _read_key(path)
     except FileNotFoundError:
-        pass
+        if os.environ.get(KEY_WITHHELD_ENV):
+            raise CheckpointError(
+                f"no checkpoint key here: the acode session that started this process keeps "
+                f"its key ({SECRET_ENV}) from the commands it runs, and there is no key "
+                f"file {path}",
+                hint="run this acode command from your own shell, not from a step or an "
+                "engine of a session",
+                code=ErrorCode.KEY_WITHHELD,
+            ) from None
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = os.urandom(32)
     try:

@@ -4,7 +4,8 @@ Each engine is one record of a table (how to start, how to resume, how to read w
 printed, how to install it); there is no class per engine. An engine runs in the work
 session's directory with stdin closed (Codex reads a non-terminal stdin to its end) and
 the caller's environment, which holds the engine's own settings (CODEX_HOME,
-ANTHROPIC_BASE_URL, HOME, ...). acode adds only what keeps a turn from hanging:
+ANTHROPIC_BASE_URL, HOME, ...), less acode's own secrets (the checkpoint key, the remote's
+URL: acode.security.child_env). acode adds only what keeps a turn from hanging:
 
 - codex: ``-c features.unbounded_connection_retries=false``. By default codex retries a
   dead server forever; with this it gives up after 5 retries (about 25 s). The ``-c`` form
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from acode.errors import ConfigError, EnvironmentValidationError, UsageError
+from acode.security.child_env import child_environment
 from acode.work.engine_output import (
     EngineTurn,
     parse_aider,
@@ -270,8 +272,9 @@ def _turn(
 
 
 def _environment(extra_env: Mapping[str, str] | None) -> dict[str, str]:
-    """This process's environment with the caller's additions (a work session's cookie)."""
-    return {**os.environ, **(extra_env or {})}
+    """This process's environment with the caller's additions (a work session's cookie),
+    without acode's secrets."""
+    return child_environment(extra_env)
 
 
 def _command_turn(

@@ -1,5 +1,6 @@
 """Running an engine's turn for a work session: which adapter, which directory, and the
-environment that lets the engine call back into acode with its cookie."""
+environment that lets the engine call back into acode with its cookie (and, the key being
+kept from it, through the turn's breadcrumb inbox: acode.work.inbox)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from acode.errors import ConfigError
 from acode.runtime.lifecycle import Workspace
 from acode.work.engine_output import EngineTurn
 from acode.work.engines import EngineSettings, check_settings, resume_turn, start_turn
+from acode.work.inbox import INBOX_ENV, breadcrumb_inbox
 from acode.work.sessions import COOKIE_ENV, TurnRunner
 
 __all__ = ["ACODE_COMMAND", "turn_runner"]
@@ -43,32 +45,45 @@ class _Runner:
         self, engine: str, prompt: str, resume: str | None, wsession: WorkSession
     ) -> EngineTurn:
         ws = self._ws
-        env = _engine_env(wsession)
-        if engine == "agent":
-            return _agent_turn(ws, prompt, resume, env)
-        settings = _settings(ws, engine)
-        history = ws.paths.state_dir / "work" / wsession.id / "aider.chat.history.md"
-        history.parent.mkdir(parents=True, exist_ok=True)
-        cwd = Path(wsession.cwd)
-        if resume is None:
-            return start_turn(
-                engine,
-                settings,
-                prompt=prompt,
-                cwd=cwd,
-                history_file=history,
-                new_session_id=str(uuid.uuid4()),
-                extra_env=env,
-            )
-        return resume_turn(
+        settings = None if engine == "agent" else _settings(ws, engine)
+        with breadcrumb_inbox(ws, wsession.id) as inbox:
+            env = {**_engine_env(wsession), INBOX_ENV: inbox}
+            if settings is None:
+                return _agent_turn(ws, prompt, resume, env)
+            return _engine_turn(ws, engine, settings, prompt, resume, wsession, env)
+
+
+def _engine_turn(
+    ws: Workspace,
+    engine: str,
+    settings: EngineSettings,
+    prompt: str,
+    resume: str | None,
+    wsession: WorkSession,
+    env: dict[str, str],
+) -> EngineTurn:
+    history = ws.paths.state_dir / "work" / wsession.id / "aider.chat.history.md"
+    history.parent.mkdir(parents=True, exist_ok=True)
+    cwd = Path(wsession.cwd)
+    if resume is None:
+        return start_turn(
             engine,
             settings,
-            session_id=resume,
             prompt=prompt,
             cwd=cwd,
             history_file=history,
+            new_session_id=str(uuid.uuid4()),
             extra_env=env,
         )
+    return resume_turn(
+        engine,
+        settings,
+        session_id=resume,
+        prompt=prompt,
+        cwd=cwd,
+        history_file=history,
+        extra_env=env,
+    )
 
 
 def _settings(ws: Workspace, engine: str) -> EngineSettings:
@@ -105,6 +120,8 @@ def _agent_turn(ws: Workspace, prompt: str, resume: str | None, env: dict[str, s
     try:
         done = subprocess.run(
             argv,
+            # acode itself, which signs its own session with the key: the one child that
+            # gets the caller's whole environment. Its steps and commands do not.
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
             capture_output=True,

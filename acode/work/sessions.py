@@ -47,6 +47,7 @@ from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
 from acode.runtime.workspace import STATE_PARTS
+from acode.security.redaction import redact, redact_json
 from acode.security.signing import Signer, load_signer
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
@@ -272,7 +273,9 @@ def repair(ws: Workspace) -> list[WorkSession]:
 
 def _render(ws: Workspace, wsession: WorkSession) -> None:
     relative = f"{WSESSIONS_DIR.as_posix()}/{wsession.id}.json"
-    data = (json.dumps(wsession.to_dict(), indent=2, ensure_ascii=False) + "\n").encode()
+    # The document is meant to be committed: its breadcrumbs and summaries as shown.
+    text = json.dumps(redact_json(wsession.to_dict()), indent=2, ensure_ascii=False) + "\n"
+    data = text.encode()
     # From the workspace's descriptor, as a step's files: a link on the way is not
     # followed out of the workspace.
     with Beneath(ws.root) as tree:
@@ -535,7 +538,9 @@ def _append_breadcrumb(
             data=fields.get("data"),
         )
         record = crumb.to_dict()
-        session.step(crumb.id, lambda ctx: record, input=record, title=crumb.message[:60])
+        # The title is shown cut: masked first, or a secret cut short would keep no shape.
+        title = redact(crumb.message)[:60]
+        session.step(crumb.id, lambda ctx: record, input=record, title=title)
     return crumb
 
 

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import uuid
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acode.security.redaction import _KEY_NAMES, _KEY_WORDS, _RULES, redact, redact_json
+from acode.security.redaction import (
+    _KEY_NAMES,
+    _KEY_WORDS,
+    _RULES,
+    _SHORT_KEY_NAMES,
+    redact,
+    redact_json,
+)
 
 SECRETS = [
     ("AKIAIOSFODNN7EXAMPLE", "aws access key id"),
@@ -106,9 +112,9 @@ def test_json_values_and_keys_are_redacted_recursively() -> None:
 
 
 def _every_rule_everywhere(text: str) -> str:
-    """Redaction as it was before the clues: every pattern run over the whole text."""
-    for _, pattern, replace in _RULES:
-        text = re.sub(pattern, replace, text)
+    """Redaction as it was before the clues: every rule run over the whole text."""
+    for rule in _RULES:
+        text = rule.apply(text)
     return text
 
 
@@ -148,6 +154,6 @@ def test_characters_that_only_ignoring_case_makes_ascii_are_still_judged(text: s
 
 
 def test_every_key_name_holds_its_rules_clue() -> None:
-    for name in _KEY_NAMES:
+    for name in (*_KEY_NAMES, *_SHORT_KEY_NAMES):
         spelled = name.replace("[_-]?", "")
         assert any(word in spelled for word in _KEY_WORDS), name

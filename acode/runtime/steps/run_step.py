@@ -150,10 +150,10 @@ class RunStep:
 
 
 def _step_env(env: StepEnv) -> dict[str, str]:
-    import os
-
-    child = dict(os.environ)
-    child[SESSION_ENV] = env.ctx.session_id  # also how resume recognises an orphan
-    child["ACODE_STEP_ID"] = env.ctx.step_id
-    child["ACODE_IDEMPOTENCY_KEY"] = env.ctx.idempotency_key
-    return child
+    """What a step's command gets besides the caller's environment (run_command leaves
+    acode's secrets out of that)."""
+    return {
+        SESSION_ENV: env.ctx.session_id,  # also how resume recognises an orphan
+        "ACODE_STEP_ID": env.ctx.step_id,
+        "ACODE_IDEMPOTENCY_KEY": env.ctx.idempotency_key,
+    }

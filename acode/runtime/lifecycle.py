@@ -54,6 +54,7 @@ def open_workspace(workspace: Path | str = ".", config: AcodeConfig | None = Non
     root = Path(workspace).resolve()
     paths = StatePaths(root)
     cfg = config if config is not None else load_config(root)
+    paths.check_database()
     paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ensure_state_ignored(paths.state_dir)
     return Workspace(root, paths, cfg)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acode.domain.config import ModelSettings
+from acode.domain.json_text import read_json
 from acode.errors import ModelBusyError, ModelError
 
 __all__ = [
@@ -252,33 +253,13 @@ def _too_late(url: str, timeout: float, limit_name: str) -> ModelBusyError:
 
 
 def _decode(url: str, raw: bytes) -> Any:
-    """The answer's JSON. NaN and infinities are refused (nothing acode records can hold
-    them); a lone surrogate (an escape such as \\ud800, which no UTF-8 text can hold) is
-    a broken character of the model's text, and becomes U+FFFD like any other."""
+    """The answer's JSON, as acode can record it (``read_json``); half a surrogate pair
+    is a broken character of the model's text, and becomes U+FFFD like any other."""
     try:
-        data = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
-        text = json.dumps(data, ensure_ascii=False)
-    except (ValueError, RecursionError) as exc:
-        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        problem = f"the body is not JSON acode can use ({what})"
+        return read_json(raw, replace_surrogates=True)
+    except ValueError as exc:
+        problem = f"the body is not JSON acode can use ({exc})"
         raise _malformed(url, problem, _excerpt(raw)) from exc
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # Pairs are single characters in a str already: only lone halves are replaced.
-        return json.loads(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
-    return data
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"{text[:20]} is out of range")
-    return number
 
 
 def _excerpt(raw: bytes) -> str:

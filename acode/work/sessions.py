@@ -45,6 +45,7 @@ from acode.runtime.clock import SystemClock
 from acode.runtime.files import atomic_write
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
+from acode.runtime.user_files import holds
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
 from acode.work.ledger import append_to, held, recorded_results
@@ -228,11 +229,11 @@ def repair(ws: Workspace) -> list[WorkSession]:
 
 def _render(ws: Workspace, wsession: WorkSession) -> None:
     path = ws.root / WSESSIONS_DIR / f"{wsession.id}.json"
-    text = json.dumps(wsession.to_dict(), indent=2, ensure_ascii=False) + "\n"
-    if path.exists() and path.read_text(encoding="utf-8") == text:
+    data = (json.dumps(wsession.to_dict(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    if holds(path, data):
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, text.encode("utf-8"), temp_dir=ws.paths.state_dir)
+    atomic_write(path, data, temp_dir=ws.paths.state_dir)
 
 
 def _refresh(ws: Workspace, session_id: str) -> WorkSession:

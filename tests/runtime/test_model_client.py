@@ -226,7 +226,7 @@ def _answer(content: str) -> str:
     [
         (_answer("NaN"), "NaN is not a JSON number"),
         (_answer("1e400"), "1e400 is out of range"),
-        (_answer("[" * 100_000 + "]" * 100_000), "nested too deeply"),
+        (_answer("[" * 100_000 + "]" * 100_000), "nested more than 100 levels deep"),
     ],
     ids=["nan", "infinity", "nested-100000-deep"],
 )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from acode.errors import AcodeError, UsageError
+from acode.errors import AcodeError, ErrorCode, UsageError
 
 if TYPE_CHECKING:
     from acode.resume.modes import Mode
@@ -500,7 +500,6 @@ def _report_bug(unexpected: Exception) -> None:
     from rich.markup import escape
 
     from acode.cli.console import err_console
-    from acode.errors import ErrorCode
     from acode.security.redaction import redact
 
     what = escape(redact(f"{type(unexpected).__name__}: {unexpected}"))

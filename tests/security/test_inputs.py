@@ -15,6 +15,7 @@ import os
 import resource
 import sqlite3
 import subprocess
+import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
@@ -27,6 +28,8 @@ from acode.domain.states import SessionState
 from acode.runtime.lifecycle import open_session
 from tests.agent.scenario import TASK, rules, start_repository
 from tests.cli.conftest import ACODE, Background, Cli, Result, plan_yaml
+from tests.support.drip_server import MODEL as DRIP_MODEL
+from tests.support.drip_server import DripServer
 from tests.support.fake_openai import FakeOpenAI
 
 MEMORY_LIMIT = 1 << 30
@@ -315,6 +318,41 @@ def test_a_path_from_the_model_no_system_takes_is_an_error_result_never_a_crash(
     for answer, problem in zip(answered, problems, strict=True):
         assert answer["content"].startswith("error: path "), answer
         assert problem in answer["content"], answer
+
+
+# -- a model server that never finishes ---------------------------------------------------
+
+
+def test_a_model_server_that_drips_its_answers_pauses_the_run_at_the_deadline(
+    acode: Cli,
+) -> None:
+    """Before: each byte came within the socket time-out, so `acode run` waited as long as
+    the server dripped (some 35 s an answer here, three plan attempts), and `acode resume`
+    the same again."""
+    start_repository(acode.workspace)
+    with DripServer(interval=0.05) as server:
+        acode.write(
+            ".agent/config.yml",
+            f"model:\n  base_url: {server.base_url}\n  name: {DRIP_MODEL}\n"
+            "  timeout_seconds: 2\n  retries: 0\nresume:\n  validation_timeout_seconds: 1\n",
+        )
+        started = time.monotonic()
+        paused = run(acode, "run", TASK, expect=1)
+        took = time.monotonic() - started
+        assert "no complete answer from the model server" in paused.flat_err
+        assert "within 2 s (model.timeout_seconds)" in paused.flat_err
+        assert acode.only_session()["state"] == "PAUSED"
+        started = time.monotonic()
+        run(acode, "resume", expect=1)
+        took_again = time.monotonic() - started
+    assert took < 10, f"the run took {took:.1f} s"  # 1 s for the check, 2 s for the answer
+    assert took_again < 10, f"the resume took {took_again:.1f} s"
+    assert server.requests == [
+        "GET /v1/models",
+        "POST /v1/chat/completions",
+        "GET /v1/models",
+        "POST /v1/chat/completions",
+    ]
 
 
 # -- session export ----------------------------------------------------------------------

@@ -437,15 +437,29 @@ def test_an_empty_database_beside_recorded_sessions_is_damage_not_a_fresh_start(
     assert damaged.stat().st_size == 0  # nothing written over it
 
 
-def test_a_database_overwritten_with_garbage_is_reported_as_damaged(
-    acode: Cli, damaged: Path
+def _garbage(database: Path) -> str:
+    database.write_bytes(os.urandom(8192))
+    return "SQLite says: file is not a database"
+
+
+def _truncated(database: Path) -> str:
+    with database.open("r+b") as handle:
+        handle.truncate(database.stat().st_size // 2)
+    return "SQLite says: database disk image is malformed"
+
+
+@pytest.mark.parametrize("damage", [_garbage, _truncated], ids=["garbage", "truncated"])
+def test_a_database_overwritten_or_cut_short_is_reported_as_damaged(
+    acode: Cli, damaged: Path, damage: Callable[[Path], str]
 ) -> None:
-    """Before: ACODE-DB-001 with "check that the file is readable and writable"."""
-    damaged.write_bytes(os.urandom(8192))
+    """Before: ACODE-DB-001, "check that the file is readable and writable and the disk
+    is not full", which sends a person looking for the wrong cause."""
+    problem = damage(damaged)
     before = _digest(damaged)
     refused = run(acode, "session", "list", expect=1)
     assert "ACODE-DB-003" in refused.err
-    assert "SQLite says: file is not a database" in refused.flat_err
+    assert problem in refused.flat_err
+    assert "restore it from a backup" in refused.flat_err
     assert _digest(damaged) == before
 
 

@@ -19,7 +19,8 @@ exit status the CLI returns for it, and a hint that says what to do next::
     ├── StepFailedError            a step's action failed                       exit 1
     ├── ModelError                 the model endpoint failed                    exit 1
     └── StorageError               the database cannot be used                  exit 1
-        └── SchemaTooNewError      written by a newer acode                     exit 1
+        ├── SchemaTooNewError      written by a newer acode                     exit 1
+        └── DatabaseDamagedError   empty, truncated or corrupt (ACODE-DB-003)   exit 1
 
 Control flow that is not a failure lives outside the hierarchy: ``PauseRequested``
 (Ctrl+C / SIGTERM, exit 130) and ``ApprovalPending`` (an approval no one can answer
@@ -39,6 +40,7 @@ __all__ = [
     "ApprovalPending",
     "CheckpointError",
     "ConfigError",
+    "DatabaseDamagedError",
     "EnvironmentValidationError",
     "ErrorCode",
     "ModelError",
@@ -86,10 +88,12 @@ class ErrorCode(StrEnum):
     MODEL = "ACODE-MODEL-001"
     STORAGE = "ACODE-DB-001"
     SCHEMA_TOO_NEW = "ACODE-DB-002"
+    DATABASE_DAMAGED = "ACODE-DB-003"
     WORK_COOKIE = "ACODE-WORK-001"
     WORK_CONTRACT = "ACODE-WORK-002"
     WORK_NOT_FOUND = "ACODE-WORK-003"
     WORK_CLOSED = "ACODE-WORK-004"
+    INTERNAL = "ACODE-INTERNAL-001"
 
 
 class AcodeError(Exception):
@@ -186,6 +190,13 @@ class StorageError(AcodeError):
 
 class SchemaTooNewError(StorageError):
     code = ErrorCode.SCHEMA_TOO_NEW
+
+
+class DatabaseDamagedError(StorageError):
+    """The database file is not what acode wrote: empty beside recorded sessions,
+    truncated, or corrupt. acode never writes over it."""
+
+    code = ErrorCode.DATABASE_DAMAGED
 
 
 class WorkNotFoundError(AcodeError):

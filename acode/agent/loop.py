@@ -33,6 +33,7 @@ from acode.agent.tools import (
     BadToolCall,
     ToolCall,
     parse_tool_calls,
+    path_problem,
     plan_tool,
     relative_path,
 )
@@ -230,10 +231,8 @@ def _use_tool(
         return _attempt(lambda: _command_text(session.run(f"{step_id}.run", command, task=tid)))
     rel = relative_path(str(args["path"]))
     if rel is None:
-        return (
-            f"error: {args['path']!r} is outside the repository; use a path relative to its root",
-            False,
-        )
+        problem = path_problem(str(args["path"])) or "the path names the repository root"
+        return f"error: {problem}; use a path of a file relative to the repository root", False
     if rel.split("/")[0] in _OFF_LIMITS:
         return f"error: {rel} is acode's or git's own state; leave it alone", False
     if call.name == "read_file":

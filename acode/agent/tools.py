@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from acode.agent.plan_schema import PLAN_SCHEMA, describe_value
+from acode.domain.paths import file_path_problem
 
 __all__ = [
     "PLAN_TOOL",
@@ -26,6 +27,7 @@ __all__ = [
     "BadToolCall",
     "ToolCall",
     "parse_tool_calls",
+    "path_problem",
     "plan_tool",
     "relative_path",
 ]
@@ -189,14 +191,15 @@ def _arguments(name: str, raw: object) -> tuple[dict[str, str], str | None]:
 
 
 def relative_path(path: str) -> str | None:
-    """The workspace-relative POSIX path a path argument names, or ``None`` when it is
-    empty, absolute, contains NUL, escapes the workspace with ``..``, or names the
-    workspace root itself.
+    """The workspace-relative POSIX path a path argument names, or ``None`` when it breaks
+    the rule of workspace paths (``path_problem`` says how: empty, absolute, escaping the
+    workspace with ``..``, naming its root, a NUL, control or bidirectional character, a
+    name or a path too long for a file system).
 
     Lexical only: a symlink inside the workspace can still point out of it, so the code
     that opens the file checks the resolved path too.
     """
-    if not path or "\0" in path or path.startswith("/"):
+    if path_problem(path) is not None:
         return None
     parts: list[str] = []
     for part in path.split("/"):
@@ -209,6 +212,14 @@ def relative_path(path: str) -> str | None:
         else:
             parts.pop()
     return posixpath.join(*parts) if parts else None
+
+
+def path_problem(path: str) -> str | None:
+    """Why the path argument of a tool call cannot be used, worded for the model; None
+    when ``relative_path`` takes it."""
+    if not path.strip():
+        return "the path is empty"
+    return file_path_problem(path)
 
 
 def _usage(name: str) -> str:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from acode.errors import AcodeError, UsageError
+from acode.errors import AcodeError, ErrorCode, UsageError
 
 if TYPE_CHECKING:
     from acode.resume.modes import Mode
@@ -387,13 +387,21 @@ def session_export(
         str, typer.Option("--format", help="md (the progress file) or json (everything).")
     ] = "md",
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write to this file instead of stdout (never inside .agent/state).",
+        ),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the --output file if it exists.")
+    ] = False,
 ) -> None:
     """Export a session, redacted: the progress file (md) or the complete history (json)."""
     from acode.cli import inspect
 
-    inspect.session_export(workspace_dir(workspace), session_id, fmt, output)
+    inspect.session_export(workspace_dir(workspace), session_id, fmt, output, force=force)
 
 
 @session_app.command("discard")
@@ -452,6 +460,7 @@ def main() -> None:
 
     _add_work_commands(sys.argv[1:])
     try:
+        _refuse_undecodable(sys.argv[1:])
         # Outside standalone mode, a command's `typer.Exit(code)` comes back as the result.
         result = app(standalone_mode=False)
     except AcodeError as error:
@@ -466,10 +475,43 @@ def main() -> None:
         bad.show()  # type: ignore[attr-defined]
         sys.exit(int(getattr(bad, "exit_code", 2)))
     except Exception as unexpected:
-        err_console().print(
-            f"[bold red]internal error[/]: {type(unexpected).__name__}: {unexpected}\n"
-            "  this is a bug in acode; your session is safe and resumable. "
-            "Please report it with the output of `acode session history`.",
-        )
+        from acode.store.connection import damaged_database
+
+        # A damaged database file is met by whichever query reads the damaged page first:
+        # the environment's fault, reported as such wherever it surfaces.
+        damage = damaged_database(unexpected)
+        if damage is not None:
+            render_error(damage)
+            sys.exit(damage.exit_code)
+        _report_bug(unexpected)
         sys.exit(1)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _refuse_undecodable(args: list[str]) -> None:
+    """acode records what it is given as UTF-8 text; an argument that is not (Python
+    carries its bytes as lone surrogates) would fail only when it is written."""
+    for arg in args:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            shown = ascii(arg if len(arg) <= 60 else arg[:57] + "...")
+            raise UsageError(
+                f"the argument {shown} is not UTF-8 text",
+                hint="give every argument in UTF-8 (rename a file whose name is not)",
+            ) from exc
+
+
+def _report_bug(unexpected: Exception) -> None:
+    from rich.markup import escape
+
+    from acode.cli.console import err_console
+    from acode.security.redaction import redact
+
+    what = escape(redact(f"{type(unexpected).__name__}: {unexpected}"))
+    err_console().print(
+        f"[bold red]internal error[/] [dim]{ErrorCode.INTERNAL.value}[/]: {what}\n"
+        "  [yellow]hint:[/] this is a bug in acode, not a problem with what you gave it; "
+        "please report it with the command you ran and this message. What acode recorded "
+        "before it stays as it was: `acode session list` shows any session it left to resume."
+    )

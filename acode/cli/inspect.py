@@ -115,13 +115,16 @@ def session_discard(workspace: Path, session_id: str, as_json: bool) -> None:
     )
 
 
-def session_export(workspace: Path, session_id: str, fmt: str, output: Path | None) -> None:
+def session_export(
+    workspace: Path, session_id: str, fmt: str, output: Path | None, *, force: bool
+) -> None:
     from acode.runtime.catalog import find_session
-    from acode.runtime.export import export_session
-    from acode.runtime.files import atomic_write
+    from acode.runtime.export import check_export_target, export_session, write_export
 
     if fmt not in ("md", "json"):
         raise UsageError(f"--format {fmt!r} is not one of md, json")
+    if output is not None:
+        check_export_target(output, force=force)
     with read_store(workspace) as store:
         if store is None:
             raise SessionNotFoundError(f"no session {session_id!r}: {workspace} has no sessions")
@@ -129,5 +132,5 @@ def session_export(workspace: Path, session_id: str, fmt: str, output: Path | No
     if output is None:
         emit_text(text if text.endswith("\n") else text + "\n")
         return
-    atomic_write(output.resolve(), text.encode())
+    write_export(output, text, force=force)
     err_console().print(f"Wrote {output}", markup=False)

@@ -196,23 +196,38 @@ def _optional_int() -> _Rule:
     )
 
 
+def _is_text(value: object) -> bool:
+    # Printable: no NUL, control or bidirectional character, no lone surrogate (a value
+    # that was not UTF-8, which no record of the settings could hold).
+    return isinstance(value, str) and bool(value.strip()) and value.isprintable()
+
+
 def _text() -> _Rule:
-    return _Rule(
-        "a non-empty string", lambda v: v if isinstance(v, str) and v.strip() else _INVALID
-    )
+    return _Rule("a non-empty string", lambda v: v if _is_text(v) else _INVALID)
 
 
 def _optional_text() -> _Rule:
     return _Rule(
         "a non-empty string or null",
-        lambda v: v if v is None or (isinstance(v, str) and v.strip()) else _INVALID,
+        lambda v: v if v is None or _is_text(v) else _INVALID,
     )
+
+
+# An http(s) URL with a host: a name or a bracketed IPv6 address, an optional port.
+_HTTP_URL = re.compile(
+    r"https?://(?:[^@/\s]*@)?(?:\[[0-9A-Za-z:.%]+\]|[^\[\]:/?#\s@]+)(?::(?P<port>\d{1,5}))?"
+    r"(?:[/?#]\S*)?"
+)
 
 
 def _http_url() -> _Rule:
     def parse(value: object) -> object:
-        ok = isinstance(value, str) and re.match(r"https?://[^/\s]+", value) is not None
-        return value if ok else _INVALID
+        if not isinstance(value, str) or not value.isprintable():
+            return _INVALID
+        match = _HTTP_URL.fullmatch(value)
+        if match is None or (match["port"] is not None and not 0 < int(match["port"]) < 65536):
+            return _INVALID
+        return value
 
     return _Rule("an http:// or https:// URL", parse)
 

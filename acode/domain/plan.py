@@ -12,13 +12,13 @@ like the file it came from and goes back through the same validation in ``Plan.f
 from __future__ import annotations
 
 import math
-import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from acode.domain.kinds import StepKind
+from acode.domain.paths import file_path_problem, path_problem
 from acode.errors import PlanError
 
 __all__ = [
@@ -60,6 +60,8 @@ _TARGET_NOUN: dict[StepKind, str] = {
     StepKind.PYTHON: "function",
 }
 _FILE_KINDS = frozenset({StepKind.READ, StepKind.WRITE, StepKind.EDIT})
+# Kinds whose target goes to a process as an argument (a shell's, git's), where NUL ends it.
+_ARGUMENT_KINDS = frozenset({StepKind.RUN, StepKind.COMMIT})
 _PLAN_KEYS = ("title", "tasks")
 _TASK_KEYS = ("id", "title", "steps")
 _ALL_STEP_KEYS = ("id", "title", *_KIND_NAMES, *(k for keys in _EXTRA_KEYS.values() for k in keys))
@@ -534,24 +536,17 @@ def _target(
         c.add(key_path, f"{owner} has an empty {noun}")
         return None
     if kind in _FILE_KINDS:
-        problem = _path_problem(value)
+        problem = file_path_problem(value)
     elif kind is StepKind.PYTHON:
         problem = _python_problem(value)
+    elif kind in _ARGUMENT_KINDS and "\0" in value:
+        problem = f"the {noun} contains a NUL byte, which no command holds"
     else:
         problem = None
     if problem:
         c.add(key_path, f"{owner}: {problem}")
         return None
     return value
-
-
-def _path_problem(path: str) -> str | None:
-    if path.startswith("/"):
-        return f"path {path!r} is absolute; paths are relative to the workspace"
-    normal = posixpath.normpath(path)
-    if normal == ".." or normal.startswith("../"):
-        return f"path {path!r} leads outside the workspace"
-    return None
 
 
 def _python_problem(target: str) -> str | None:
@@ -584,11 +579,15 @@ def _run(c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str) -> _Ex
             f"'idempotent' of {owner} must be true or false, got {_describe(idempotent)}",
         )
         idempotent = False
+    check = _text(c, raw, path, "check", owner, required=False)
+    if check is not None and "\0" in check:
+        c.add((*path, "check"), f"'check' of {owner} contains a NUL byte, which no command holds")
+        check = None
     return _Extras(
         idempotent=idempotent,
         timeout=_timeout(c, raw, path, owner),
         paths=_globs(c, raw, path, owner),
-        check=_text(c, raw, path, "check", owner, required=False),
+        check=check,
     )
 
 
@@ -626,7 +625,7 @@ def _globs(c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str) -> t
                 f"got {_describe(item)} as item {i + 1}",
             )
             continue
-        problem = _path_problem(item)
+        problem = path_problem(item)
         if problem:
             c.add((*key_path, i), f"{owner}: {problem}")
             continue

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
+from acode.domain.json_text import read_json
+from acode.domain.paths import text_problem
 from acode.errors import ErrorCode, UsageError
 
 __all__ = [
@@ -35,7 +37,8 @@ BREADCRUMB_KINDS: Final = ("finding", "decision", "todo", "summary", "note")
 # A JSON breadcrumb: "message" is required; the rest is optional.
 BREADCRUMB_FIELDS: Final = ("message", "kind", "files", "data")
 _TASK_ID = re.compile(r"task-(\d{3,})")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# A JSON breadcrumb holds a message, files and data: more than this is no breadcrumb.
+_MAX_JSON_CHARS: Final = 8 * MAX_BREADCRUMB_CHARS
 
 
 class TaskStatus(StrEnum):
@@ -74,19 +77,25 @@ def parse_task(data: object, source: str) -> Task:
         raise UsageError(f"{source}: expected a JSON object", hint="restore the file from git")
     problems: list[str] = []
 
-    def text(key: str, *, required: bool = True) -> str:
+    def text(key: str, *, required: bool = True, lines: bool = False) -> str:
         value = data.get(key, "" if not required else None)
         if not isinstance(value, str) or (required and not value.strip()):
             problems.append(f"{key}: expected a non-empty string")
             return ""
+        problem = text_problem(value, "the text", lines=lines)
+        if problem:
+            problems.append(f"{key}: {problem}")
         return value
 
     task_id, title = text("id"), text("title")
+    description = text("description", required=False, lines=True)
+    created_at, updated_at = text("created_at", required=False), text("updated_at", required=False)
     if task_id and not _TASK_ID.fullmatch(task_id):
         problems.append(f"id: expected task-NNN, got {task_id!r}")
     status = data.get("status", TaskStatus.TODO.value)
-    if status not in {s.value for s in TaskStatus}:
-        problems.append(f"status: expected one of todo, in_progress, done, got {status!r}")
+    if not isinstance(status, str) or status not in {s.value for s in TaskStatus}:
+        shown = repr(status) if isinstance(status, str) else f"a JSON {type(status).__name__}"
+        problems.append(f"status: expected one of todo, in_progress, done, got {shown}")
     parent = data.get("parent_task")
     if parent is not None and not (isinstance(parent, str) and _TASK_ID.fullmatch(parent)):
         problems.append(f"parent_task: expected task-NNN or null, got {parent!r}")
@@ -98,11 +107,11 @@ def parse_task(data: object, source: str) -> Task:
     return Task(
         id=task_id,
         title=title.strip(),
-        description=text("description", required=False),
+        description=description,
         status=TaskStatus(status),
         parent_task=parent,
-        created_at=text("created_at", required=False),
-        updated_at=text("updated_at", required=False),
+        created_at=created_at,
+        updated_at=updated_at,
     )
 
 
@@ -160,24 +169,31 @@ def parse_breadcrumb(raw: str) -> dict[str, Any]:
     text = raw.strip()
     if not text:
         raise _contract("the message is empty")
+    if len(text) > _MAX_JSON_CHARS:
+        raise _contract(f"{len(text)} characters, at most {_MAX_JSON_CHARS} even as JSON")
     if text.startswith("{"):
         try:
-            data = json.loads(text)
+            data = read_json(text)
         except ValueError as exc:
             raise _contract(f"it starts with '{{' but is not valid JSON ({exc})") from exc
         return _structured(data)
     if text.startswith("["):
         try:
-            json.loads(text)
+            read_json(text)
         except ValueError:
             pass  # text such as "[WIP] parser done"
         else:
             raise _contract("a JSON breadcrumb must be an object, not a list")
     if len(text) > MAX_BREADCRUMB_CHARS:
         raise _contract(f"{len(text)} characters, at most {MAX_BREADCRUMB_CHARS}")
-    if _CONTROL.search(text):
-        raise _contract("it contains control characters")
+    problem = _text_problem(text)
+    if problem:
+        raise _contract(problem)
     return {"message": text, "kind": "note"}
+
+
+def _text_problem(text: str) -> str | None:
+    return text_problem(text, "the message", lines=True)
 
 
 def _structured(data: object) -> dict[str, Any]:
@@ -191,7 +207,7 @@ def _structured(data: object) -> dict[str, Any]:
     message = data.get("message")
     if not isinstance(message, str) or not message.strip():
         raise _contract('"message" must be a non-empty string')
-    if len(message) > MAX_BREADCRUMB_CHARS or _CONTROL.search(message):
+    if len(message) > MAX_BREADCRUMB_CHARS or _text_problem(message):
         raise _contract(f'"message" must be printable text of at most {MAX_BREADCRUMB_CHARS} chars')
     kind = data.get("kind", "note")
     if kind not in BREADCRUMB_KINDS:
@@ -199,6 +215,10 @@ def _structured(data: object) -> dict[str, Any]:
     files = data.get("files", [])
     if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
         raise _contract('"files" must be a list of paths')
+    for name in files:
+        problem = text_problem(name, "the path")
+        if problem:
+            raise _contract(f'"files": {problem}')
     size = len(json.dumps(data.get("data")))
     if size > 4 * MAX_BREADCRUMB_CHARS:
         raise _contract(f'"data" is {size} characters of JSON, at most {4 * MAX_BREADCRUMB_CHARS}')

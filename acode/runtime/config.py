@@ -98,18 +98,26 @@ durability: full                        # full: fsync every commit | normal: fas
 def load_config(workspace: Path, *, environ: Mapping[str, str] | None = None) -> AcodeConfig:
     """The workspace's settings: the file (defaults when absent), then the environment."""
     path = workspace / CONFIG_RELATIVE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        cfg = AcodeConfig()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"{path}: cannot read the configuration: {exc}",
-            hint=f"make {path} a readable UTF-8 text file, or delete it to use the defaults",
-        ) from exc
-    else:
-        cfg = parse_config(_load_yaml(text, str(path)), str(path))
+    text = _read(path)
+    cfg = AcodeConfig() if text is None else parse_config(_load_yaml(text, str(path)), str(path))
     return _apply_environment(cfg, os.environ if environ is None else environ)
+
+
+def _read(path: Path) -> str | None:
+    """The text of the config file; None when there is none."""
+    from acode.runtime.user_files import read_user_file
+
+    try:
+        return read_user_file(path).decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else exc
+        raise ConfigError(
+            f"{path}: cannot read the configuration: {reason}",
+            hint=f"make {path} a readable UTF-8 text file of at most 1 MiB, or delete it "
+            "to use the defaults",
+        ) from exc
 
 
 def write_default_config(workspace: Path) -> Path:
@@ -157,30 +165,43 @@ def _load_yaml(text: str, source: str) -> object:
             f"{source}: invalid YAML: {exc}",
             hint=f"fix the syntax of {source}, or delete the file to use the defaults",
         ) from exc
+    except RecursionError as exc:  # the pure-Python parser recurses once per level
+        raise ConfigError(
+            f"{source}: lists or mappings nested too deeply (the settings need three levels)",
+            hint=f"fix {source}, or delete the file to use the defaults",
+        ) from exc
     finally:
         loader.dispose()
 
 
-def _refuse_duplicate_keys(node: Any, source: str) -> None:
+def _refuse_duplicate_keys(root: Any, source: str) -> None:
     # YAML loaders silently keep the last of two equal keys; a person who wrote both meant one.
+    # Each node once: aliases make the tree a graph, and a walk of every path through nine
+    # lists of nine aliases ("billion laughs") would never end.
     import yaml
 
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[object, int] = {}
+    pending, seen = [root], set()
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            pending.extend(node.value)
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        first: dict[object, int] = {}
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             line = key_node.start_mark.line + 1
-            if key is not None and key in seen:
+            if key is not None and key in first:
                 raise ConfigError(
-                    f"{source}:{line}: duplicate key {key!r} (first set on line {seen[key]})",
+                    f"{source}:{line}: duplicate key {key!r} (first set on line {first[key]})",
                     hint=f"keep one of the two {key!r} entries in {source}",
                 )
             if key is not None:
-                seen[key] = line
-            _refuse_duplicate_keys(value_node, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _refuse_duplicate_keys(item, source)
+                first[key] = line
+            pending.append(value_node)
 
 
 def _apply_environment(cfg: AcodeConfig, environ: Mapping[str, str]) -> AcodeConfig:
@@ -222,7 +243,7 @@ def set_setting(workspace: Path, key: str, value: str) -> AcodeConfig:
             exc.message, hint="give one of the values named; nothing was written"
         ) from exc
     path = workspace / CONFIG_RELATIVE
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    text = _read(path) or ""
     line = f"{key}: {value}"
     pattern = re.compile(rf"^{re.escape(key)}:[^\n]*$", re.MULTILINE)
     if pattern.search(text):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from itertools import pairwise
+from pathlib import Path
 from typing import Any, Literal
 
 from acode.domain.events import Event
@@ -17,11 +19,19 @@ from acode.domain.reducer import SessionSummary, fold_all
 from acode.errors import UsageError
 from acode.runtime.catalog import recorded_plan
 from acode.runtime.progress_file import iso_time, render_progress
+from acode.runtime.workspace import AGENT_DIR
 from acode.security.redaction import redact_json
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "ExportFormat", "export_session"]
+__all__ = [
+    "EXPORT_FORMAT",
+    "EXPORT_VERSION",
+    "ExportFormat",
+    "check_export_target",
+    "export_session",
+    "write_export",
+]
 
 EXPORT_FORMAT = "acode-export"
 EXPORT_VERSION = 1
@@ -125,3 +135,48 @@ def _json_or_text(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def check_export_target(output: Path, *, force: bool) -> Path:
+    """The file an export named ``output`` goes to, symlinks resolved. Refuses a path
+    inside any workspace's ``.agent/state`` (an export there could replace the database
+    or a lock, whatever ``--force`` says), a directory, and an existing file unless
+    ``force``. Checked before the export is made, and again as it is written."""
+    try:
+        target = output.resolve()
+        exists = target.exists()
+        is_dir = target.is_dir()
+    except OSError as exc:  # a name too long, a loop of symlinks
+        raise _refused(output, exc.strerror or str(exc)) from exc
+    if any(pair == (AGENT_DIR, "state") for pair in pairwise(target.parts)):
+        raise _refused(
+            output,
+            f"it is inside acode's state directory ({target}), where it could replace the "
+            "database; write the export anywhere else",
+        )
+    if is_dir:
+        raise _refused(output, "it is a directory; name a file in it")
+    if exists and not force:
+        raise UsageError(
+            f"--output {output}: the file exists",
+            hint="give --force to replace it, or name another file",
+        )
+    return target
+
+
+def write_export(output: Path, text: str, *, force: bool) -> None:
+    """Write ``text`` to ``output`` atomically, after ``check_export_target``."""
+    from acode.runtime.files import atomic_write
+
+    target = check_export_target(output, force=force)
+    try:
+        atomic_write(target, text.encode("utf-8"))
+    except OSError as exc:
+        raise _refused(output, f"it cannot be written: {exc.strerror or exc}") from exc
+
+
+def _refused(output: Path, problem: str) -> UsageError:
+    return UsageError(
+        f"--output {output}: {problem}",
+        hint="name a file outside .agent/state in a directory you may write to",
+    )

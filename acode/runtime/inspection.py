@@ -38,6 +38,7 @@ def read_store(workspace: Path) -> Iterator[SqliteStore | None]:
     if not paths.db.exists():
         yield None
         return
+    paths.check_database()
     store = open_store(paths.db)
     try:
         yield store

@@ -55,6 +55,7 @@ def open_workspace(workspace: Path | str = ".", config: AcodeConfig | None = Non
     root = Path(workspace).resolve()
     paths = StatePaths(root)
     cfg = config if config is not None else load_config(root)
+    paths.check_database()
     with suppress(FileExistsError):  # a link or a file there: refused below
         paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     check_state_dir(paths.state_dir)

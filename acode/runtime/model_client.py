@@ -8,6 +8,10 @@ an error status is the caller's to handle. The one exception is a server that tu
 request away unanswered as busy, HTTP 429 or 503, which is what those statuses ask: the
 request is sent again up to ``model.retries`` times, after the wait the server names
 (Retry-After) or 1, 2, 4 ... seconds, at most 30 each.
+
+Each request has a deadline over all of it, from connecting to the answer's last byte
+(``model.timeout_seconds``; ``http_deadline``): a time-out on each read alone would let a
+server that sends a byte a second hold a session for ever.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acode.domain.config import ModelSettings
+from acode.domain.json_text import read_json
 from acode.errors import ModelBusyError, ModelError
 
 __all__ = [
@@ -35,6 +40,9 @@ __all__ = [
 ]
 
 _BODY_EXCERPT = 300
+# The largest answer read: far beyond any chat completion, and it keeps a server that
+# sends without end from filling the memory before the deadline.
+_LIMIT = 64 * 1024 * 1024
 # Statuses by which a server turns a request away unanswered, asking for it later.
 _BUSY = frozenset({429, 503})
 _LONGEST_WAIT_S = 30.0
@@ -105,7 +113,9 @@ def send_chat(
     attempt = 0
     while True:
         try:
-            data = _request_json(url, settings, api_key, body, settings.timeout_seconds)
+            data = _request_json(
+                url, settings, api_key, body, settings.timeout_seconds, "model.timeout_seconds"
+            )
         except ModelError as exc:
             wait = busy_wait(exc, attempt)
             if wait is None or attempt >= settings.retries:
@@ -152,7 +162,7 @@ def _retry_after(value: str | None) -> float | None:
 def list_models(settings: ModelSettings, *, timeout: float = 3.0) -> list[str]:
     """The ids of the models the server offers (a quick reachability check too)."""
     url = _endpoint(settings, "models")
-    data = _request_json(url, settings, None, None, timeout)
+    data = _request_json(url, settings, None, None, timeout, "the availability check's limit")
     entries = data.get("data") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise _malformed(url, "no 'data' list of models", data)
@@ -180,29 +190,29 @@ def _headers(settings: ModelSettings, api_key: str | None) -> dict[str, str]:
     return headers
 
 
-def _opener(hostname: str) -> Any:
-    import urllib.request
-
-    # A corporate http_proxy must not capture a model server on this machine.
-    if hostname in _LOOPBACK_HOSTS:
-        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener()
-
-
 def _request_json(
     url: str,
     settings: ModelSettings,
     api_key: str | None,
     body: bytes | None,
     timeout: float,
+    limit_name: str,
 ) -> Any:
+    """The JSON answer to one request, all of it within ``timeout`` seconds (named
+    ``limit_name`` in the error that says it ran out)."""
     import http.client
     import urllib.error
     import urllib.request
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    from acode.runtime.http_deadline import AnswerTooLarge, Deadline, fetch
+
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname if parts.scheme in ("http", "https") else None
+    except ValueError:  # an unclosed IPv6 bracket, a port that is no number
+        hostname = None
+    if not hostname:
         raise ModelError(
             f"invalid model server URL {url!r}: expected http:// or https:// and a host",
             hint="set model.base_url in .agent/config.yml to a URL such as "
@@ -212,27 +222,56 @@ def _request_json(
     if body is not None:
         headers["Content-Type"] = "application/json"
     request = urllib.request.Request(url, data=body, headers=headers)
+    # A corporate http_proxy must not capture a model server on this machine.
+    direct = hostname in _LOOPBACK_HOSTS
+    with Deadline(timeout) as deadline:
+        try:
+            raw = fetch(request, timeout=timeout, deadline=deadline, direct=direct, limit=_LIMIT)
+        except urllib.error.HTTPError as exc:
+            raise _http_error(url, exc.code, _read_error_body(exc), settings) from exc
+        except AnswerTooLarge as exc:
+            raise _malformed(url, str(exc), "") from exc
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if deadline.expired or _timed_out(exc):
+                raise _too_late(url, timeout, limit_name) from exc
+            raise ModelError(
+                f"cannot reach the model server at {url}: {_describe(exc)}",
+                hint=_UNREACHABLE_HINT,
+            ) from exc
+        # A connection cut by the deadline may also read as a short answer, not an error.
+        if deadline.expired:
+            raise _too_late(url, timeout, limit_name)
+    return _decode(url, raw)
+
+
+def _too_late(url: str, timeout: float, limit_name: str) -> ModelBusyError:
+    return ModelBusyError(
+        f"no complete answer from the model server at {url} within {timeout:g} s ({limit_name})",
+        hint="the server is busy or slow: run the command again later, or raise "
+        "model.timeout_seconds in .agent/config.yml",
+    )
+
+
+def _decode(url: str, raw: bytes) -> Any:
+    """The answer's JSON, as acode can record it (``read_json``); half a surrogate pair
+    is a broken character of the model's text, and becomes U+FFFD like any other."""
     try:
-        with _opener(parts.hostname).open(request, timeout=timeout) as response:
-            raw = response.read()
-    except urllib.error.HTTPError as exc:
-        raise _http_error(url, exc.code, _read_error_body(exc), settings) from exc
-    except (OSError, http.client.HTTPException) as exc:
-        error = ModelBusyError if _timed_out(exc) else ModelError
-        raise error(
-            f"cannot reach the model server at {url}: {_describe(exc, timeout)}",
-            hint=_UNREACHABLE_HINT,
-        ) from exc
-    try:
-        return json.loads(raw)
+        return read_json(raw, replace_surrogates=True)
     except ValueError as exc:
-        raise _malformed(url, "the body is not JSON", raw.decode("utf-8", "replace")) from exc
+        problem = f"the body is not JSON acode can use ({exc})"
+        raise _malformed(url, problem, _excerpt(raw)) from exc
+
+
+def _excerpt(raw: bytes) -> str:
+    return raw[:_BODY_EXCERPT].decode("utf-8", "replace")
 
 
 def _read_error_body(exc: Any) -> str:
+    import http.client
+
     try:
-        return bytes(exc.read()).decode("utf-8", "replace")
-    except OSError:
+        return bytes(exc.read(_BODY_EXCERPT)).decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException):
         return ""
 
 
@@ -244,15 +283,13 @@ def _timed_out(exc: BaseException) -> bool:
     return isinstance(reason, TimeoutError | socket.timeout)
 
 
-def _describe(exc: BaseException, timeout: float) -> str:
+def _describe(exc: BaseException) -> str:
     import socket
     import urllib.error
 
     reason: BaseException | str = exc
     if isinstance(exc, urllib.error.URLError):
         reason = exc.reason
-    if isinstance(reason, TimeoutError | socket.timeout):
-        return f"no answer within {timeout:g} s (model.timeout_seconds)"
     if isinstance(reason, ConnectionRefusedError):
         return "connection refused"
     if isinstance(reason, socket.gaierror):

@@ -16,6 +16,7 @@ from yaml.reader import ReaderError
 
 from acode.domain.plan import Plan, PlanProblem, build_plan, plan_error
 from acode.errors import PlanError
+from acode.runtime.user_files import USER_FILE_LIMIT, UnfitFile, read_user_file
 
 __all__ = ["load_plan"]
 
@@ -39,15 +40,17 @@ def load_plan(path: Path) -> Plan:
 
 def _read(path: Path) -> str:
     try:
-        raw = path.read_bytes()
+        raw = read_user_file(path)
     except FileNotFoundError as exc:
         raise PlanError(
             f"plan file not found: {path}",
             hint="Check the path; a relative path starts from the current directory.",
         ) from exc
-    except IsADirectoryError as exc:
+    except UnfitFile as exc:
         raise PlanError(
-            f"{path} is a directory, not a plan file", hint="Give the path of a .yml file."
+            f"{path} is not a plan file: {exc.strerror}",
+            hint=f"Give the path of a .yml file of at most {USER_FILE_LIMIT // 1024} KiB "
+            "(docs/plans.md).",
         ) from exc
     except OSError as exc:
         raise PlanError(
@@ -76,6 +79,9 @@ def _parse(text: str, source: str) -> tuple[object, dict[tuple[object, ...], int
         data: object = loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
         raise plan_error(source, [_marked_problem(exc)]) from exc
+    except RecursionError as exc:  # libyaml stops at 1,000 levels; Python's walk sooner
+        problem = "lists or mappings nested too deeply (a plan needs four levels)"
+        raise plan_error(source, [PlanProblem(None, problem)]) from exc
     except ReaderError as exc:
         # Positions count bytes in libyaml and characters in PyYAML; the character does not.
         at = text.find(chr(exc.character))

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from acode.runtime.files import atomic_write
+from acode.runtime.user_files import holds
 
 __all__ = ["AGENT_DIR", "STATE_PARTS", "StatePaths", "ensure_state_ignored", "find_workspace"]
 
@@ -48,8 +49,35 @@ class StatePaths(NamedTuple):
     def logs(self) -> Path:
         return self.state_dir / "logs"
 
+    @property
+    def sessions_dir(self) -> Path:
+        return self.state_dir / "sessions"
+
     def session_dir(self, session_id: str) -> Path:
-        return self.state_dir / "sessions" / session_id
+        return self.sessions_dir / session_id
+
+    def check_database(self) -> None:
+        """Refuse an empty database file beside the folders of recorded sessions: it was
+        truncated (or replaced), and opening it would create a fresh, empty database in
+        its place, which reads as "no sessions". SQLite itself refuses a file that is
+        not empty and not whole."""
+        try:
+            empty = self.db.stat().st_size == 0
+        except FileNotFoundError:
+            return
+        if not empty:
+            return
+        try:
+            recorded = sum(1 for entry in self.sessions_dir.iterdir() if entry.is_dir())
+        except OSError:  # no folder, nothing was recorded
+            return
+        if recorded:
+            from acode.store.connection import database_damaged
+
+            folders = f"{recorded} session folder{'s' if recorded > 1 else ''}"
+            raise database_damaged(
+                self.db, f"it is empty (0 bytes), yet {self.sessions_dir} holds {folders}"
+            )
 
     def temp_dir(self, session_id: str) -> Path:
         """Where a session's file writes are staged before their rename; what a kill
@@ -73,9 +101,5 @@ class StatePaths(NamedTuple):
 def ensure_state_ignored(state_dir: Path) -> None:
     """Make git ignore everything in ``state_dir`` (the .gitignore ignores itself too)."""
     ignore = state_dir / ".gitignore"
-    try:
-        current = ignore.read_bytes()
-    except FileNotFoundError:
-        current = None
-    if current != _IGNORE_ALL:
+    if not holds(ignore, _IGNORE_ALL):  # a FIFO put in its place would block every command
         atomic_write(ignore, _IGNORE_ALL)

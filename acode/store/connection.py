@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from acode.errors import StorageError
+from acode.errors import DatabaseDamagedError, StorageError
 
-__all__ = ["Durability", "atomic", "connect"]
+__all__ = ["Durability", "atomic", "connect", "damaged_database", "database_damaged"]
 
 Durability = Literal["full", "normal"]
 
@@ -30,11 +30,41 @@ def connect(path: Path, durability: Durability = "full") -> sqlite3.Connection:
         conn.execute(f"PRAGMA synchronous = {durability.upper()}")
         conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.Error as exc:
+        damage = damaged_database(exc, path)
+        if damage is not None:
+            raise damage from exc
         raise StorageError(
             f"cannot open the acode database {path}: {exc}",
             hint="check that the file is readable and writable and the disk is not full",
         ) from exc
     return conn
+
+
+# SQLite's primary result codes for a file that is no database, or a damaged one.
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+
+
+def damaged_database(exc: BaseException, path: Path | None = None) -> DatabaseDamagedError | None:
+    """The error to report for SQLite's ``exc`` when it says the database file is damaged
+    (truncated, overwritten, a page corrupt), wherever it was met; None for any other."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if not isinstance(exc, sqlite3.DatabaseError) or code is None:
+        return None
+    if code & 0xFF not in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return None
+    return database_damaged(path, f"SQLite says: {exc}")
+
+
+def database_damaged(path: Path | None, problem: str) -> DatabaseDamagedError:
+    """The error for a damaged database file at ``path`` (None: the workspace's own)."""
+    shown = str(path) if path is not None else ".agent/state/acode.db"
+    return DatabaseDamagedError(
+        f"the acode database {shown} is damaged: {problem}",
+        hint=f"acode writes nothing over it. Keep a copy (cp {shown} {shown}.damaged), then "
+        f"restore it from a backup; `sqlite3 {shown} .recover` saves what can be read. "
+        f"To start afresh, move it aside: mv {shown} {shown}.damaged",
+    )
 
 
 @contextmanager

@@ -279,7 +279,11 @@ def _render(ws: Workspace, wsession: WorkSession) -> None:
     # From the workspace's descriptor, as a step's files: a link on the way is not
     # followed out of the workspace.
     with Beneath(ws.root) as tree:
-        if tree.read_bytes(relative) != data:
+        try:
+            same = tree.read_bytes(relative) == data
+        except AcodeError:  # not a regular file (a FIFO put in its place): written over
+            same = False
+        if not same:
             tree.write(relative, data, staging=STATE_PARTS)
 
 

@@ -16,12 +16,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from acode.domain.json_text import read_json
+from acode.domain.paths import text_problem
 from acode.domain.work import Task, TaskStatus, next_task_id, parse_task
 from acode.errors import UsageError, WorkNotFoundError
 from acode.runtime.beneath import Beneath
 from acode.runtime.clock import SystemClock
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
 from acode.runtime.session import Session
+from acode.runtime.user_files import read_user_file
 from acode.runtime.workspace import STATE_PARTS
 from acode.store.sqlite_store import open_store
 from acode.work.ledger import append_to, held, recorded_results
@@ -98,10 +101,11 @@ def _reconcile(ws: Workspace, session: Session) -> dict[str, Task]:
 def _read_file(path: Path, root: Path) -> Task:
     source = str(path.relative_to(root))
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data: Any = read_json(read_user_file(path).decode("utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise UsageError(
-            f"{source}: not a readable JSON task: {exc}",
+            f"{source}: not a readable JSON task: {reason}",
             hint="fix the file or restore it from git (`git checkout -- " + source + "`)",
         ) from exc
     task = parse_task(data, source)
@@ -144,6 +148,11 @@ def add_task(
 ) -> Task:
     if not title.strip():
         raise UsageError("the task title is empty", hint='acode task add "Implement feature X"')
+    problem = text_problem(title, "the title") or text_problem(
+        description, "the description", lines=True
+    )
+    if problem:
+        raise UsageError(problem, hint='give printable text: acode task add "Implement feature X"')
     with task_ledger(ws) as (session, tasks):
         if parent_task is not None and parent_task not in tasks:
             raise _no_task(parent_task, tasks)

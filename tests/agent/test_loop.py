@@ -184,7 +184,7 @@ def test_paths_outside_the_workspace_are_refused_to_the_model(fake: FakeOpenAI, 
     assert _run(repo, _config(fake)) is SessionState.COMPLETED
     assert not (repo.parent / "outside.txt").exists()
     answers = [m for m in _bodies(fake)[5]["messages"] if m["role"] == "tool"]
-    assert "outside the repository" in answers[0]["content"]
+    assert "leads outside the workspace" in answers[0]["content"]
     assert answers[1]["content"].startswith("error:")  # a missing file is the model's to fix
     assert "unknown tool 'shred'" in answers[2]["content"]
     assert "acode's or git's own state" in answers[3]["content"]

@@ -231,6 +231,10 @@ def test_parsing_never_raises_and_answers_every_call(raw: list[Any]) -> None:
         (".", None),
         ("a/..", None),
         ("a\0b", None),
+        ("evil\u202etxt.py", None),
+        ("a\x1b[2Jb", None),
+        ("n" * 256, None),
+        ("n" * 255, "n" * 255),
     ],
 )
 def test_relative_path(path: str, expected: str | None) -> None:

@@ -189,7 +189,7 @@ def test_hash_is_sha256_of_canonical_json() -> None:
     retries=st.integers(min_value=0, max_value=100),
     strategy=st.sampled_from(["rollback", "retry", "prompt"]),
     timeout=st.floats(min_value=1e-3, max_value=1e6),
-    remote=st.none() | st.text(min_size=1).filter(str.strip),
+    remote=st.none() | st.text(min_size=1).filter(lambda s: s.strip() and s.isprintable()),
 )
 def test_any_valid_config_round_trips(
     *,

@@ -262,6 +262,8 @@ ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 NAME = st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8)
 IDS = st.builds(str.__add__, st.sampled_from(ALNUM), st.text(ALNUM + "_.-", max_size=63))
 TEXT = st.text(min_size=1).filter(str.strip)
+# A command or commit message goes to a process as an argument: never with a NUL.
+ARGUMENT = TEXT.filter(lambda text: "\0" not in text)
 PATHS = st.lists(NAME, min_size=1, max_size=4).map("/".join)
 PYTHON_TARGETS = st.builds(
     "{}:{}".format, st.lists(NAME, min_size=1, max_size=3).map(".".join), NAME
@@ -280,6 +282,8 @@ def steps(draw: st.DrawFn, step_id: str, task_id: str) -> StepSpec:
         common["target"] = draw(PATHS)
     elif kind is StepKind.PYTHON:
         common["target"] = draw(PYTHON_TARGETS)
+    elif kind in (StepKind.RUN, StepKind.COMMIT):
+        common["target"] = draw(ARGUMENT)
     else:
         common["target"] = draw(TEXT)
     if kind is StepKind.WRITE:
@@ -294,7 +298,7 @@ def steps(draw: st.DrawFn, step_id: str, task_id: str) -> StepSpec:
             idempotent=draw(st.booleans()),
             timeout=draw(TIMEOUTS),
             paths=tuple(draw(st.lists(PATHS, max_size=3))),
-            check=draw(st.none() | TEXT),
+            check=draw(st.none() | ARGUMENT),
         )
     return StepSpec(**common)
 

@@ -23,6 +23,8 @@ from acode.runtime.model_client import (
     list_models,
     request_hash,
 )
+from tests.support.drip_server import MODEL as DRIP_MODEL
+from tests.support.drip_server import DripServer
 from tests.support.fake_openai import FakeOpenAI, read_request_log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -215,6 +217,40 @@ def test_a_body_that_is_not_json_is_malformed(fake: FakeOpenAI) -> None:
         chat(settings_for(fake), HELLO)
 
 
+def _answer(content: str) -> str:
+    return '{"choices": [{"message": {"role": "assistant", "content": ' + content + "}}]}"
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (_answer("NaN"), "NaN is not a JSON number"),
+        (_answer("1e400"), "1e400 is out of range"),
+        (_answer("[" * 100_000 + "]" * 100_000), "nested more than 100 levels deep"),
+    ],
+    ids=["nan", "infinity", "nested-100000-deep"],
+)
+def test_an_answer_acode_cannot_record_is_malformed_not_a_crash(
+    fake: FakeOpenAI, body: str, problem: str
+) -> None:
+    """A hostile or broken server's answer is a ModelError (the session pauses), never a
+    RecursionError or a value that fails later when it is recorded."""
+    fake.script([{"raw": body}])
+    with pytest.raises(ModelError) as info:
+        chat(settings_for(fake), HELLO)
+    assert problem in info.value.message
+    assert "malformed response from the model server" in info.value.message
+
+
+def test_a_lone_surrogate_in_the_answer_becomes_a_replacement_character(
+    fake: FakeOpenAI,
+) -> None:
+    """JSON may escape half a UTF-16 pair (\\ud800), which no UTF-8 text can hold: once
+    it failed the step as it was recorded, and with it the session."""
+    fake.script([{"raw": _answer('"a\\ud800b \\ud83d\\ude00"')}])
+    assert chat(settings_for(fake), HELLO).content == "a\ufffdb \U0001f600"
+
+
 def test_json_without_choices_is_malformed(fake: FakeOpenAI) -> None:
     fake.script([{"status": 200, "body": "overloaded"}])  # an error object with status 200
     with pytest.raises(ModelError, match=r"malformed response.*overloaded"):
@@ -240,8 +276,44 @@ def test_a_slow_server_times_out(fake: FakeOpenAI) -> None:
     with pytest.raises(ModelError) as info:
         chat(settings_for(fake, timeout_seconds=0.5), HELLO)
     assert 0.4 < time.monotonic() - started < 2
-    assert "no answer within 0.5 s" in info.value.message
+    assert "no complete answer from the model server" in info.value.message
+    assert "within 0.5 s (model.timeout_seconds)" in info.value.message
     assert len(fake.requests) == 1  # never retried behind the caller's back
+
+
+@pytest.mark.parametrize("headers_too", [False, True], ids=["body", "status-line-and-headers"])
+def test_a_server_that_drips_its_answer_is_cut_off_at_the_deadline(headers_too: bool) -> None:
+    """model.timeout_seconds bounds the whole answer: each byte of a dripping server comes
+    well within any socket time-out, so a bound per read would wait 30 s here."""
+    from acode.errors import ModelBusyError
+
+    with DripServer(interval=0.05, headers_too=headers_too) as server:
+        settings = ModelSettings(base_url=server.base_url, name=DRIP_MODEL, timeout_seconds=1)
+        started = time.monotonic()
+        with pytest.raises(ModelBusyError) as info:
+            chat(settings, HELLO)
+        elapsed = time.monotonic() - started
+        assert server.hung_up.wait(5), "the client never closed its connection"
+    assert 0.9 < elapsed < 4, f"waited {elapsed:.1f} s for a 1 s deadline"
+    assert "within 1 s (model.timeout_seconds)" in info.value.message
+    assert server.requests == ["POST /v1/chat/completions"]  # never sent again
+
+
+def test_the_availability_check_of_a_dripping_server_ends_in_its_time() -> None:
+    """``acode resume`` and ``acode run`` ask for the list of models first: it too has a
+    deadline, after which the server counts as busy."""
+    from acode.domain.config import AcodeConfig, ResumeSettings
+    from acode.resume.environment import check_model
+
+    with DripServer(interval=0.05) as server:
+        quick = ResumeSettings(validation_timeout_seconds=1)
+        config = AcodeConfig(model=ModelSettings(base_url=server.base_url), resume=quick)
+        started = time.monotonic()
+        check = check_model(config)
+        elapsed = time.monotonic() - started
+    assert 0.9 < elapsed < 4, f"waited {elapsed:.1f} s for a 1 s check"
+    assert check.busy
+    assert check.problem is None
 
 
 def test_a_silent_server_is_busy_not_gone() -> None:

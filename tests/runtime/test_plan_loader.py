@@ -465,7 +465,7 @@ def test_a_missing_file_is_refused_by_name(tmp_path: Path) -> None:
 
 
 def test_a_directory_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(PlanError, match="is a directory, not a plan file"):
+    with pytest.raises(PlanError, match="is not a plan file: it is a directory"):
         load_plan(tmp_path)
 
 

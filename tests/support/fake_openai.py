@@ -20,6 +20,7 @@ A scripted reply is one of:
     these keys; a tool call may be the short ``{"name": n, "arguments": {...}}``;
   - a fault: ``{"status": 500, "body": "..."}`` or ``{"malformed": True}``; a status may
     come with ``"headers": {"Retry-After": "1"}``;
+  - ``{"raw": "..."}``: that text as the body of a 200 answer, as it is;
   - ``{"delay": seconds, ...}``: wait, then answer with the rest (or the default answer).
 When the script is empty, the reply is ``"echo: <first 60 chars of the last user message>"``.
 
@@ -61,6 +62,7 @@ _REPLY_KEYS = frozenset(
         "body",
         "headers",
         "malformed",
+        "raw",
         "delay",
     }
 )
@@ -305,6 +307,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
         elif spec.get("malformed"):
             self._send_raw(200, b"{this is not json", "application/json")
+        elif "raw" in spec:
+            self._send_raw(200, spec["raw"].encode("utf-8"), "application/json")
         else:
             self._send_json(200, self._completion(body, spec, number))
 

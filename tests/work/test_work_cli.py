@@ -149,7 +149,7 @@ def test_the_runbook_outcome_a_with_subtask_breadcrumbs_and_summary(work: Cli) -
         ("COOKIE", "{broken", "not valid JSON"),
         ("COOKIE", '["a"]', "must be an object, not a list"),
         ("COOKIE", "x" * 2001, "2001 characters, at most 2000"),
-        ("COOKIE", "bell\x07", "control characters"),
+        ("COOKIE", "bell\x07", "contains the control character U+0007"),
         ("COOKIE", '{"message": "m", "kind": "gossip"}', '"kind" must be one of'),
     ],
 )

@@ -18,9 +18,10 @@ exit status the CLI returns for it, and a hint that says what to do next::
     ├── NonDeterminismError        ACODE-RESUME-007                             exit 1
     ├── StepFailedError            a step's action failed                       exit 1
     ├── ModelError                 the model endpoint failed                    exit 1
-    └── StorageError               the database cannot be used                  exit 1
-        ├── SchemaTooNewError      written by a newer acode                     exit 1
-        └── DatabaseDamagedError   empty, truncated or corrupt (ACODE-DB-003)   exit 1
+    ├── StorageError               the database cannot be used                  exit 1
+    │   ├── SchemaTooNewError      written by a newer acode                     exit 1
+    │   └── DatabaseDamagedError   empty, truncated or corrupt (ACODE-DB-003)   exit 1
+    └── EnvironmentFaultError      a full disk, a read-only file system (ENV-*) exit 1
 
 Control flow that is not a failure lives outside the hierarchy: ``PauseRequested``
 (Ctrl+C / SIGTERM, exit 130) and ``ApprovalPending`` (an approval no one can answer
@@ -41,6 +42,7 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "DatabaseDamagedError",
+    "EnvironmentFaultError",
     "EnvironmentValidationError",
     "ErrorCode",
     "ModelError",
@@ -94,6 +96,9 @@ class ErrorCode(StrEnum):
     WORK_NOT_FOUND = "ACODE-WORK-003"
     WORK_CLOSED = "ACODE-WORK-004"
     INTERNAL = "ACODE-INTERNAL-001"
+    DISK_FULL = "ACODE-ENV-001"
+    READ_ONLY = "ACODE-ENV-002"
+    NAME_TOO_LONG = "ACODE-ENV-003"
 
 
 class AcodeError(Exception):
@@ -197,6 +202,14 @@ class DatabaseDamagedError(StorageError):
     truncated, or corrupt. acode never writes over it."""
 
     code = ErrorCode.DATABASE_DAMAGED
+
+
+class EnvironmentFaultError(AcodeError):
+    """The machine refused what a step did for a reason of its own: a full disk or quota,
+    a read-only file system, a name too long for it. Not the step's failure: the session
+    pauses, and resume runs the step again once the cause is gone."""
+
+    code = ErrorCode.DISK_FULL
 
 
 class WorkNotFoundError(AcodeError):

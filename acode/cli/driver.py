@@ -16,6 +16,7 @@ from acode.errors import (
     EXIT_APPROVAL_PENDING,
     EXIT_INTERRUPTED,
     ApprovalPending,
+    EnvironmentFaultError,
     ModelError,
     PauseRequested,
     StepFailedError,
@@ -119,17 +120,18 @@ def _drive(session: Session, body: Callable[[Session], SessionState], as_json: b
     except StepFailedError as failure:
         session.fail(failure.message)
         return _report(session, as_json, 1, f"Session {short} FAILED: {failure}")
-    except StorageError as fault:
-        # The database took no more writes (a full disk, say): the step that met it has
-        # no outcome and runs again on resume; a pause is recorded when it still can be.
+    except (StorageError, EnvironmentFaultError) as fault:
+        # The machine took no more writes (a full disk, say): the step that met it has no
+        # outcome and runs again on resume; a pause is recorded when it still can be.
         with contextlib.suppress(StorageError):
-            session.pause(f"database unavailable: {fault.message}")
+            session.pause(f"stopped by the environment: {fault.message}")
         return _report(
             session,
             as_json,
             1,
-            f"Stopped session {short}: {fault.message}\n"
-            f"Once it can be written again, resume with: acode resume {short}",
+            f"Stopped session {short} ({fault.code.value}): {fault.message}\n"
+            + (f"{fault.hint}\n" if fault.hint else "")
+            + f"Once the cause is gone, resume with: acode resume {short}",
         )
     if final is SessionState.CANCELLED:
         return _report(session, as_json, 1, f"Approval denied: session {short} cancelled.")

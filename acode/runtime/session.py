@@ -43,6 +43,7 @@ from acode.errors import (
     UsageError,
 )
 from acode.runtime.approvals import decision_payload, decision_valid, subject_hash
+from acode.runtime.faults import environment_fault
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal
 from acode.runtime.locks import SessionLock
@@ -126,7 +127,7 @@ def _step_failure(exc: BaseException, step_id: str) -> StepFailedError | None:
     """``exc`` as the failure of step ``step_id``, recorded as its outcome; None for
     what is not the step's doing and must not become its outcome: a pause, an approval
     no one can give now, an unavailable model or database, a history that fails its
-    integrity checks."""
+    integrity checks (and the environment's faults: acode.runtime.faults)."""
     if isinstance(exc, StepFailedError):
         return exc
     if isinstance(exc, UsageError):
@@ -652,6 +653,10 @@ class Session:
         not the step's own failure (``_step_failure``), and a failure that cannot be
         recorded, leave the step unsettled and are raised as they are. ``files``: the
         workspace files as the step left them, when it ran to its end."""
+        fault = environment_fault(exc, f"step {ctx.step_id!r}")
+        if fault is not None:  # a full disk, say: the step runs again on resume
+            self._unsettle(ctx, input_hash, fault, files)
+            raise fault from exc
         failure = _step_failure(exc, ctx.step_id)
         if failure is None:
             self._unsettle(ctx, input_hash, exc, files)

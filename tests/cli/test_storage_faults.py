@@ -51,7 +51,8 @@ def test_a_database_that_refuses_writes_pauses_the_session_and_resume_completes_
     err = " ".join(done.stderr.split())
     assert "cannot write to the acode database" in err
     short = acode.sessions()[0]["short_id"]
-    assert f"Once it can be written again, resume with: acode resume {short}" in err
+    assert f"Stopped session {short} (ACODE-DB-001): cannot write to the acode database" in err
+    assert f"Once the cause is gone, resume with: acode resume {short}" in err
     status = acode.status(short)
     assert status["state"] == "PAUSED"
     assert status["steps_completed"] == 1
@@ -59,3 +60,39 @@ def test_a_database_that_refuses_writes_pauses_the_session_and_resume_completes_
     resumed = acode("resume", short)
     assert f"Session {short} completed: 3 steps done." in resumed.out
     assert (acode.workspace / "after.txt").read_text() == "bye"
+
+
+def test_a_step_that_meets_a_full_disk_pauses_the_session_and_resume_completes_it(
+    acode: Cli,
+) -> None:
+    acode.write(
+        "bigwrite.py",
+        "import pathlib\n\ndef go(ctx):\n"
+        "    pathlib.Path('big.bin').write_bytes(b'x' * 3_000_000)\n    return 'written'\n",
+    )
+    acode.write(
+        "plan.yml",
+        "title: Big write\ntasks:\n  - id: main\n    title: Main\n    steps:\n"
+        "      - {id: small, write: small.txt, content: hello}\n"
+        "      - {id: big, python: 'bigwrite:go'}\n",
+    )
+    done = subprocess.run(
+        [ACODE, "run", "plan.yml"],
+        cwd=acode.workspace,
+        env=acode.env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=_limited,  # one system call in the child, no lock to take
+    )
+    assert done.returncode == 1, done.stderr
+    err = " ".join(done.stderr.split())
+    short = acode.sessions()[0]["short_id"]
+    assert f"Stopped session {short} (ACODE-ENV-001): step 'big' could not finish" in err
+    assert acode.status(short)["state"] == "PAUSED"
+
+    acode("resume", short)
+    assert (acode.workspace / "big.bin").stat().st_size == 3_000_000
+    assert acode.status(short)["state"] == "COMPLETED"

@@ -6,6 +6,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bench.chain_cost import ChainCost
 from bench.machine import Machine
 from bench.suite import CHUNK, VARIANTS, Results, Settings
 
@@ -47,6 +48,7 @@ def render(run: Run, results: Results, extra: Sequence[str] = ()) -> str:
         *extra,
         _step_table(run.settings, results),
         _resume_table(results),
+        _chain_table(results),
         _bytes_table(run.settings, results),
         _targets(run.settings, results),
         _reading(run, results),
@@ -123,24 +125,58 @@ def _resume_table(results: Results) -> str:
         "--dry-run` as a process (Python start-up and imports included). Milliseconds.",
         "",
         "| steps in the session | resume_session() | min - max | its CPU time "
-        "| replay of every step | `acode resume --dry-run` |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| replay of every step | `acode resume --dry-run` | its work after start-up "
+        "| the same with `--verify` |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, samples in sorted(results.resume.items()):
         loads = [s.load_seconds for s in samples]
         cpu = statistics.median(s.load_cpu_seconds for s in samples)
         replay = statistics.median(s.replay_seconds for s in samples)
         cli = statistics.median(results.dry_run_seconds[n])
+        preview, verified = (
+            statistics.median(results.preview_seconds[(n, v)]) for v in (False, True)
+        )
         lines.append(
             f"| {n:,} | {_ms(statistics.median(loads))} | {_ms(min(loads))} - {_ms(max(loads))} "
-            f"| {_ms(cpu)} | {_ms(replay)} | {_ms(cli)} |"
+            f"| {_ms(cpu)} | {_ms(replay)} | {_ms(cli)} | {_ms(preview)} | {_ms(verified)} |"
         )
     count = len(next(iter(results.resume.values())))
     startup = statistics.median(results.startup_seconds)
     lines += [
         "",
         f"Medians of {count} resumes, and of {len(results.startup_seconds)} runs of each "
-        f"command. For scale, `acode --help` (start-up and imports alone) takes {_ms(startup)} ms.",
+        f"command. For scale, `acode --help` (start-up and imports alone) takes {_ms(startup)} ms. "
+        "The last two columns time `preview_resume()` in-process, what `acode resume "
+        "--dry-run` does after start-up: it authenticates what it reads (the newest "
+        "checkpoint's event and those after it); with `--verify` it checks every event's "
+        "link and every checkpoint's signature as well.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _chain_table(results: Results) -> str:
+    chain = results.chain
+    if chain is None:
+        return ""
+    per_step = chain.events_per_step
+    rows = (
+        ("plain SHA-256 (chain version 1, before schema 7)", chain.plain_us),
+        ("HMAC-SHA256, acode's (the key's padded states computed once)", chain.keyed_us),
+        ("HMAC-SHA256 by the standard library's `hmac.digest`", chain.stdlib_us),
+    )
+    lines = [
+        "## What the keyed chain costs",
+        "",
+        "Each event's link is an HMAC-SHA256 under the session's chain key (schema 7), where "
+        "it was a plain SHA-256 that anyone could recompute. acode computes a link when it "
+        "writes an event and again for every event it reads. Microseconds per event, over "
+        f"the {chain.events:,} events of a {chain.steps:,}-step session ({per_step:.2f} per "
+        "step), in-process, medians of 5 rounds taking turns; only the link is timed.",
+        "",
+        "| link | µs per event | µs per step |",
+        "|---|---:|---:|",
+        *(f"| {label} | {us:.2f} | {us * per_step:.2f} |" for label, us in rows),
     ]
     return "\n".join(lines) + "\n"
 
@@ -226,6 +262,8 @@ def _reading(run: Run, results: Results) -> str:
     if len(settings.sizes) > 1:
         points.append(_growth_point(results, min(settings.sizes), n))
     points += _resume_points(results)
+    if results.chain is not None:
+        points.append(_chain_point(results.chain, full, normal))
     acode_bytes = statistics.median(results.bytes_per_step[(n, "acode-full")])
     bare_bytes = statistics.median(results.bytes_per_step[(n, "bare-full")])
     points.append(
@@ -302,6 +340,13 @@ def _resume_points(results: Results) -> list[str]:
             "the resume path still reads the whole history."
         )
     points = [text]
+    verified = {n: statistics.median(results.preview_seconds[(n, True)]) for n in sizes}
+    plain = statistics.median(results.preview_seconds[(largest, False)])
+    points.append(
+        "- `--verify` checks the whole history, so it grows with it: "
+        + ", ".join(f"{_ms(seconds)} ms at {n:,} steps" for n, seconds in verified.items())
+        + f", where the same preview without it takes {_ms(plain)} ms at {largest:,}."
+    )
     points.append(
         f"- What a person waits for is more than that: `acode resume` then replays the "
         f"{largest:,} completed steps of its plan, {_ms(replay)} ms here "
@@ -310,6 +355,18 @@ def _resume_points(results: Results) -> list[str]:
         f"{_ms(startup)} ms is start-up alone (`acode --help`)."
     )
     return points
+
+
+def _chain_point(chain: ChainCost, full_us: float, normal_us: float) -> str:
+    added = chain.added_us_per_step
+    return (
+        f"- Keying the chain adds {added:.2f} µs to recording a step "
+        f"({chain.keyed_us:.2f} µs a link against {chain.plain_us:.2f} µs for plain SHA-256): "
+        f"{added / normal_us:.1%} of a step with durability normal and {added / full_us:.2%} "
+        "of one with durability full. A resume pays it again only for the events it reads, "
+        "so its load does not grow with the history; computing the link with `hmac.digest` "
+        f"would cost {chain.stdlib_us:.2f} µs, as it sets the key up at every call."
+    )
 
 
 def _method(run: Run) -> str:
@@ -329,7 +386,8 @@ def _method(run: Run) -> str:
   who goes first), so that drift of the machine (fsync latency on virtual machines varies
   by milliseconds from one second to the next) hits both alike. Tables show medians.
 - Resume: a session of each size is left unfinished (as after a crash), then resumed
-  {s.resume_samples} times in-process; `acode resume --dry-run` runs {s.cli_samples} times.
+  {s.resume_samples} times in-process; `acode resume --dry-run` and `preview_resume()`
+  (with and without `--verify`) run {s.cli_samples} times each.
 - The databases live on the filesystem shown above, the repository's own, never tmpfs,
   where fsync would cost nothing. The signing key comes from `ACODE_CHECKPOINT_SECRET`,
   set inside the benchmark process.

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.chain_cost import ChainCost, measure_chain
 from bench.workloads import (
+    DB_RELATIVE,
     AcodeRecorder,
     BareRecorder,
     Durability,
@@ -24,12 +26,16 @@ from bench.workloads import (
     database_bytes,
     empty_session_bytes,
     interleaved,
+    preview_seconds,
     resume_once,
     table_bytes,
 )
 
-__all__ = ["CHUNK", "VARIANTS", "Results", "Settings", "Variant", "run_suite"]
+__all__ = ["CHAIN_STEPS", "CHUNK", "VARIANTS", "Results", "Settings", "Variant", "run_suite"]
 
+# The session whose events the chain's cost is measured on: the resume target's size.
+CHAIN_STEPS = 10_000
+CHAIN_ROUNDS = 5
 # Steps each side records before the other takes its turn: at a few milliseconds a
 # step, turns of a fraction of a second, shorter than the drift they are meant to share.
 CHUNK = 50
@@ -71,6 +77,9 @@ class Results:
     session_overhead_bytes: int = 0
     resume: dict[int, list[ResumeSample]] = field(default_factory=dict)
     dry_run_seconds: dict[int, list[float]] = field(default_factory=dict)
+    # (steps, whether the whole history was verified) -> preview_resume() seconds
+    preview_seconds: dict[tuple[int, bool], list[float]] = field(default_factory=dict)
+    chain: ChainCost | None = None
     startup_seconds: list[float] = field(default_factory=list)
 
     def median_us(self, steps: int, key: str) -> float:
@@ -145,6 +154,14 @@ def _measure_resume(
         finally:
             engine.close()
         subjects[n] = (workspace, engine.session_id)
+    if CHAIN_STEPS in subjects:
+        workspace, session_id = subjects[CHAIN_STEPS]
+        database = workspace / DB_RELATIVE
+        results.chain = measure_chain(database, session_id, CHAIN_STEPS, CHAIN_ROUNDS)
+        progress(
+            f"chain links per event: keyed {results.chain.keyed_us:.2f} us, "
+            f"plain SHA-256 {results.chain.plain_us:.2f} us"
+        )
     for _ in range(settings.resume_samples):
         for n, (workspace, session_id) in subjects.items():
             results.resume.setdefault(n, []).append(resume_once(workspace, session_id, n))
@@ -152,6 +169,9 @@ def _measure_resume(
         for n, (workspace, session_id) in subjects.items():
             command = ("resume", session_id, "--dry-run", "-w", str(workspace))
             results.dry_run_seconds.setdefault(n, []).append(cli_seconds(*command))
+            for verify in (False, True):
+                seconds = preview_seconds(workspace, session_id, verify=verify)
+                results.preview_seconds.setdefault((n, verify), []).append(seconds)
     for n, samples in results.resume.items():
         load = statistics.median(s.load_seconds for s in samples) * 1e3
         progress(f"resume of {n:>6,} steps: load {load:.2f} ms (median of {len(samples)})")

@@ -30,6 +30,7 @@ __all__ = [
     "empty_session_bytes",
     "interleaved",
     "payload",
+    "preview_seconds",
     "resume_once",
     "table_bytes",
 ]
@@ -183,6 +184,17 @@ def resume_once(workspace: Path, session_id: str, n: int) -> ResumeSample:
     finally:
         session.close()
     return ResumeSample(loaded - start, loaded_cpu - cpu, replayed - loaded)
+
+
+def preview_seconds(workspace: Path, session_id: str, *, verify: bool) -> float:
+    """Wall time of ``preview_resume`` in-process: what ``acode resume --dry-run`` does
+    after start-up, and with ``verify`` the check of the whole history (``--verify``)."""
+    from acode.resume.service import preview_resume
+
+    gc.collect()
+    start = time.perf_counter()
+    preview_resume(session_id, workspace, verify=verify)
+    return time.perf_counter() - start
 
 
 def cli_seconds(*args: str) -> float:

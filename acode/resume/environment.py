@@ -1,8 +1,9 @@
 """Environment validation: is it safe to continue this session here and now?
 
 Checked before anything is written: the workspace exists; every file the session read
-or wrote is as the session left it (size and mtime first, a hash only when those
-differ, so 10,000 unchanged files cost 10,000 stats); the configured model answers and
+or wrote is as the session left it (git's stat data first: size, mtime, change time and
+inode; a hash only when one of those differs, so 10,000 unchanged files cost 10,000
+stats); the configured model answers and
 lists the model, when steps still need it; the configuration equals the one the session
 started with.
 """
@@ -151,8 +152,17 @@ def _change(tree: Beneath, row: FileRow) -> ChangedFile | None:
         )
     if row.sha256 is None:
         return ChangedFile(row.path, Change.CREATED, stat.st_mtime_ns, None)
-    if stat.st_size == row.size and stat.st_mtime_ns == row.mtime_ns:
-        return None  # unchanged without reading it
+    if (
+        stat.st_mtime_ns == row.mtime_ns
+        and stat.st_ctime_ns == row.ctime_ns
+        and stat.st_ino == row.ino
+        and stat.st_size == row.size
+    ):
+        # Unchanged without reading it. The change time and the inode cannot be put
+        # back (`touch -r` sets the mtime, and so moves the ctime): a file rewritten
+        # to the same size with its mtime restored differs here. A row from before
+        # they were recorded (None) is hashed.
+        return None
     if tree.sha256(row.path) != row.sha256:
         return ChangedFile(row.path, Change.MODIFIED, stat.st_mtime_ns, row.sha256)
     return None

@@ -56,6 +56,16 @@ def repo(tmp_path: Path) -> Path:
     return path
 
 
+def _user_state(repo: Path) -> tuple[object, ...]:
+    """The user's index, HEAD, branches and stash, which no snapshot or rollback touches."""
+    return (
+        (repo / ".git" / "index").read_bytes(),
+        _git(repo, "rev-parse", "HEAD"),
+        _git(repo, "for-each-ref", "refs/heads"),
+        _git(repo, "stash", "list"),
+    )
+
+
 def _step_changes(repo: Path) -> None:
     """What an interrupted command did."""
     _write(repo, "a.txt", "a.txt by the step\n")
@@ -64,6 +74,7 @@ def _step_changes(repo: Path) -> None:
 
 
 def test_after_a_pause_only_the_steps_own_changes_are_reverted(repo: Path) -> None:
+    user = _user_state(repo)
     ghost = snapshot_worktree(repo, snapshot_ref(SESSION, "step", 1))
     _step_changes(repo)
     left = snapshot_worktree(repo, snapshot_ref(SESSION, "step", 1) + "-as-left")
@@ -88,6 +99,7 @@ def test_after_a_pause_only_the_steps_own_changes_are_reverted(repo: Path) -> No
     assert (repo / "notes.txt").read_text() == "a person's notes\n"
     assert not (repo / "made.txt").exists()
     assert _git(repo, "show", f"{BACKUP}:a.txt") == "a.txt by the step\n"
+    assert _user_state(repo) == user
 
 
 def test_a_file_put_back_by_hand_since_the_pause_is_nothing_to_report(repo: Path) -> None:

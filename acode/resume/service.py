@@ -334,20 +334,29 @@ def _environment(
     return preview._replace(environment=report, continuation=c)
 
 
-def _fresh_after(ws: Workspace, session_id: str, began_ns: int) -> int:
-    """From when a file cannot have been changed by the interrupted run: the start of
-    this process when the run was another one (a file written since, such as the output
-    of `acode resume > out.txt`, is not the step's doing), else ``began_ns``, when this
-    resume began (a program resuming a session it ran itself). Read before the lock is
-    taken, which records this process in place of the last holder."""
+def _held_by_us(ws: Workspace, session_id: str) -> bool:
+    """Whether this process held the session's lock last (a program resuming a session
+    it ran itself). Read before the lock is taken, which records this process."""
     from acode.runtime.locks import read_owner
-    from acode.runtime.procfs import process_start_ns
 
     owner = read_owner(ws.paths.locks, session_id)
-    start = process_start_ns()
-    if start is None or (owner is not None and owner.pid == os.getpid()):
-        return began_ns
-    return start
+    return owner is not None and owner.pid == os.getpid()
+
+
+def _fresh_after(journal: Journal, held_by_us: bool, fallback_ns: int) -> int:
+    """From when a file cannot have been changed by the interrupted run: the start of
+    this process, when the run was an earlier one (its last event is older), so that a
+    file written since, such as the output of `acode resume > out.txt`, is not taken for
+    the step's doing. Otherwise (a program resuming a session it ran itself, a worker
+    running long before it took the session over) ``fallback_ns``: when this resume took
+    the lock, which the interrupted run had let go of."""
+    from acode.runtime.procfs import process_start_ns
+
+    start, summary = process_start_ns(), journal.summary
+    if start is None or held_by_us or summary is None or summary.seq == 0:
+        return fallback_ns
+    newest = journal.history.event(summary.seq).ts_us * 1000
+    return start if start > newest else fallback_ns
 
 
 def preview_resume(
@@ -375,7 +384,7 @@ def preview_resume(
             _preview(journal, ws.config),
             ws.config,
             strategy=ws.config.resume.in_progress_strategy,
-            fresh_after_ns=_fresh_after(ws, row.id, began),
+            fresh_after_ns=_fresh_after(journal, _held_by_us(ws, row.id), began),
         )
     finally:
         store.close()
@@ -490,14 +499,14 @@ def _resume(
     # Loaded here, not with this module: a preview (--dry-run) runs no step.
     from acode.runtime.session import Session
 
-    began = time.time_ns()
     signer = load_signer()
     with ExitStack() as cleanup:
         store = open_store(ws.paths.db, ws.config.durability)
         cleanup.callback(store.close)
         row = select_for_resume(store, id_or_prefix)
-        fresh_after = _fresh_after(ws, row.id, began)
+        held_by_us = _held_by_us(ws, row.id)
         lock = take_lock(ws, row.id, clock, label=row.short_id)
+        locked = time.time_ns()
         cleanup.callback(lock.release)
         row = store.session(row.id)  # it may have moved on while we took the lock
         # With the lock free, whoever ran the session is gone: the commands it left
@@ -506,11 +515,13 @@ def _resume(
         orphans = reap_orphans(ws.paths, row.id)
         if orphans:
             log_event(ws.paths, "orphans_stopped", session_id=row.id, process_groups=orphans)
-            # What they wrote until now may be the interrupted step's.
-            fresh_after = max(fresh_after, time.time_ns())
+            locked = time.time_ns()  # what they wrote until now may be the step's
         ws.paths.clear_temp(row.id)
         journal = Journal.load(store, row, clock, signer)
         row = journal.row  # chained again under the key, if it was recorded before
+        fresh_after = _fresh_after(journal, held_by_us, locked)
+        if orphans:  # the start of this process came before they were gone
+            fresh_after = max(fresh_after, locked)
         _refuse(journal)
         _cut_short(journal, ws.paths)
         sync = open_sync_link(ws.paths, ws.config.sync.remote, row.id)

@@ -4,6 +4,7 @@ person's changes since the pause, nor a file changed after the resume began."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -190,3 +191,35 @@ def test_a_second_pause_before_the_step_runs_again_keeps_the_first_snapshot(
     assert (repo / "a.txt").read_text() == "a.txt fixed by a person\n"
     assert (repo / "b.txt").read_text() == "b.txt before\n"
     assert not (repo / "made.txt").exists()
+
+
+def test_a_process_older_than_the_interrupted_run_still_rolls_back_its_work(
+    repo: Path,
+) -> None:
+    """A long-running program (a worker taking over sessions of others) started before
+    the run it resumes: files changed after it started are the step's all the same."""
+    _write(repo, ".gitignore", "again\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "ignore the marker")
+    # The command kills the acode running it (its parent) the first time, as a crash.
+    command = (
+        "echo by-the-step > a.txt; echo made > made.txt; "
+        "[ -e again ] || { touch again; kill -9 $PPID; }"
+    )
+    script = (
+        "import acode\n"
+        f"with acode.open_session('t', workspace={str(repo)!r}) as s:\n"
+        "    print(s.id, flush=True)\n"
+        f"    s.run('step', {command!r})\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert child.returncode == -9, child.stderr
+    session_id = child.stdout.strip()
+
+    with acode.resume_session(session_id, workspace=repo) as s:
+        s.run("step", command)
+        rolled = s.journal.store.events_of_type(s.journal.row, EventType.STEP_ROLLED_BACK)
+
+    assert [e.payload["restored"] for e in rolled] == [["a.txt", "made.txt"]]

@@ -213,7 +213,9 @@ def resume(
     continue_on_changes: Annotated[
         bool,
         typer.Option(
-            "--continue-on-changes", help="Go on when files the session touched have changed."
+            "--continue-on-changes",
+            help="Go on when files the session touched (or, after a pause, any file) have "
+            "changed; the changes are kept.",
         ),
     ] = False,
     abort_on_changes: Annotated[

@@ -9,8 +9,7 @@ from pathlib import Path
 from acode.cli.console import err_console, keyboard, out_console
 from acode.cli.progress import quiet_screen
 from acode.cli.views import environment_lines
-from acode.errors import StorageError
-from acode.resume.environment import diff_against_record
+from acode.resume.environment import diff_against_record, recorded_content
 from acode.resume.service import ResumePreview
 from acode.runtime.inspection import read_store
 from acode.runtime.observer import Observer
@@ -53,12 +52,7 @@ def _show_diffs(workspace: Path, preview: ResumePreview) -> None:
     console = out_console()
     with read_store(workspace) as store:
         for change in preview.environment.changed:
-            recorded = None
-            if store is not None and change.recorded_sha is not None:
-                try:
-                    recorded = store.blob(change.recorded_sha)
-                except StorageError:
-                    recorded = None
+            recorded = recorded_content(store, workspace, change)
             console.print(redact(diff_against_record(workspace, change, recorded)), markup=False)
 
 

@@ -14,6 +14,7 @@ from acode.security.redaction import redact, redact_json
 from acode.store.records import SessionRow
 
 if TYPE_CHECKING:
+    from acode.resume.environment import ChangedFile, RollbackPreview
     from acode.resume.service import ResumePreview
     from acode.sync.status import SyncStatus
 
@@ -240,16 +241,26 @@ def environment_lines(preview: ResumePreview) -> list[str]:
     if env is None:
         return ["Environment validation: off (resume.validate_environment: false)"]
     mark = {True: "✓", False: "✗"}
+    touched = [c for c in env.changed if not c.since_pause]
     lines = [
         "Validating environment...",
         f"  {mark[env.workspace_exists]} Working directory exists",
-        f"  {mark[not env.changed]} Files the session touched: {env.files_checked} checked"
-        + (f", {len(env.changed)} changed" if env.changed else ", unchanged"),
+        f"  {mark[not touched]} Files the session touched: {env.files_checked} checked"
+        + (f", {len(touched)} changed" if touched else ", unchanged"),
+        *_change_lines(touched),
     ]
-    now = _now_us()
-    for change in env.changed:
-        when = f", {ago(change.modified_ns // 1000, now)}" if change.modified_ns else ""
-        lines.append(f"    - {change.path} ({change.change.value.lower()}{when})")
+    rollback = env.rollback
+    since = [c for c in env.changed if c.since_pause]
+    if since or (rollback is not None and rollback.as_left is not None):
+        # The files the session touched are listed above: what the pause's snapshot
+        # adds is the rest of the work tree.
+        lines.append(
+            f"  {mark[not since]} Rest of the work tree, as the pause left it: "
+            + (f"{len(since)} changed" if since else "unchanged")
+        )
+        lines += _change_lines(since)
+    if rollback is not None and rollback.changes_anything:
+        lines += _rollback_lines(rollback)
     if env.model is not None:
         ok = env.model.problem is None
         state = "available" if ok else f"unavailable: {env.model.problem}"
@@ -260,6 +271,35 @@ def environment_lines(preview: ResumePreview) -> list[str]:
         f"  {mark[not env.config]} Configuration "
         + ("unchanged" if not env.config else "changed: " + ", ".join(c.key for c in env.config))
     )
+    return lines
+
+
+def _change_lines(changes: list[ChangedFile]) -> list[str]:
+    now = _now_us()
+    lines = []
+    for change in changes:
+        when = f", {ago(change.modified_ns // 1000, now)}" if change.modified_ns else ""
+        lines.append(f"    - {change.path} ({change.change.value.lower()}{when})")
+    return lines
+
+
+def _rollback_lines(rollback: RollbackPreview) -> list[str]:
+    """What the rollback of the interrupted step will revert, delete and keep, and where
+    what it reverts is kept: never done without a word."""
+    from acode.runtime.rollback import restore_hint
+
+    lines = [
+        f"  ↺ Rolling back step {rollback.step} restores the work tree it started from "
+        f"(snapshot {rollback.snapshot[:12]}):"
+    ]
+    lines += [f"    - {path}: put back as it was before the step ran" for path in rollback.revert]
+    lines += [f"    - {path}: deleted (not there before the step ran)" for path in rollback.delete]
+    lines += [f"    - {path}: left as it is ({why})" for path, why in rollback.kept]
+    if rollback.revert or rollback.delete:
+        lines.append(
+            f"    The files as they are now are kept first at {rollback.backup_ref}; to take "
+            f"one back: {restore_hint(rollback.backup_ref)}"
+        )
     return lines
 
 
@@ -316,9 +356,11 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
         left = f" ({remaining} remaining)" if remaining else ""
         lines.append(f"  Starting from: {_where(preview)}{left}")
         env = preview.environment
-        # A busy model server stops nothing, but the resume waits in its queue: say why.
+        # A busy model server stops nothing, but the resume waits in its queue: say why;
+        # nor does a rollback, but what it reverts is said before it is done.
         busy = env is not None and env.model is not None and env.model.busy
-        if env is not None and (not env.valid or busy):
+        rolls_back = env is not None and env.rollback is not None and env.rollback.changes_anything
+        if env is not None and (not env.valid or busy or rolls_back):
             lines += environment_lines(preview)
     console = out_console()
     for line in lines:

@@ -1,24 +1,30 @@
 """Environment validation: is it safe to continue this session here and now?
 
 Checked before anything is written: the workspace exists; every file the session read
-or wrote is as the session left it (size and mtime first, a hash only when those
-differ, so 10,000 unchanged files cost 10,000 stats); the configured model answers and
+or wrote is as the session left it (git's stat data first: size, mtime, change time and
+inode; a hash only when one of those differs, so 10,000 unchanged files cost 10,000
+stats); the configured model answers and
 lists the model, when steps still need it; the configuration equals the one the session
 started with.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from acode.domain.config import AcodeConfig, config_to_dict
 from acode.domain.textdiff import unified_diff
-from acode.errors import AcodeError, ModelBusyError, UsageError
+from acode.errors import AcodeError, ModelBusyError, StorageError, UsageError
 from acode.runtime.beneath import Beneath
 from acode.store.records import FileRow
+
+if TYPE_CHECKING:
+    from acode.runtime.rollback import Kept
+    from acode.store.sqlite_store import SqliteStore
 
 __all__ = [
     "Change",
@@ -26,10 +32,13 @@ __all__ = [
     "ConfigChange",
     "EnvironmentReport",
     "ModelCheck",
+    "RollbackPreview",
     "changed_files",
     "check_model",
     "config_changes",
     "diff_against_record",
+    "recorded_content",
+    "since_pause",
 ]
 
 
@@ -40,12 +49,46 @@ class Change(StrEnum):
 
 
 class ChangedFile(NamedTuple):
-    """A workspace file that differs from what the session recorded."""
+    """A workspace file that differs from what the session recorded, or (``since_pause``)
+    from the work tree as a pause left it."""
 
     path: str
     change: Change
     modified_ns: int | None  # when it changed (its mtime); None when it is gone
     recorded_sha: str | None
+    since_pause: bool = False
+    left_blob: str | None = None  # its git blob as the pause left it; None: not there
+
+
+class RollbackPreview(NamedTuple):
+    """What rolling the interrupted `run` step back to its ghost snapshot will do, as
+    things are now (acode.runtime.rollback)."""
+
+    step: str
+    snapshot: str  # the ghost: the work tree before the step ran
+    as_left: str | None  # the work tree as the pause left it; None after a kill
+    revert: tuple[str, ...]
+    delete: tuple[str, ...]
+    kept: tuple[tuple[str, str], ...]  # (path, why it is left as it is)
+    backup_ref: str  # where the files as found are kept before any change
+
+    @property
+    def changes_anything(self) -> bool:
+        return bool(self.revert or self.delete or self.kept)
+
+    def to_dict(self) -> dict[str, Any]:
+        from acode.runtime.rollback import restore_hint
+
+        return {
+            "step": self.step,
+            "snapshot": self.snapshot,
+            "as_left": self.as_left,
+            "revert": list(self.revert),
+            "delete": list(self.delete),
+            "kept": [{"path": path, "reason": why} for path, why in self.kept],
+            "backup_ref": self.backup_ref,
+            "restore": restore_hint(self.backup_ref),
+        }
 
 
 class ConfigChange(NamedTuple):
@@ -76,6 +119,7 @@ class EnvironmentReport(NamedTuple):
     changed: tuple[ChangedFile, ...] = ()
     config: tuple[ConfigChange, ...] = ()
     model: ModelCheck | None = None
+    rollback: RollbackPreview | None = None
 
     @property
     def files_checked(self) -> int:
@@ -116,6 +160,7 @@ class EnvironmentReport(NamedTuple):
                 "problem": self.model.problem,
                 "busy": self.model.busy,
             },
+            "rollback": None if self.rollback is None else self.rollback.to_dict(),
             "valid": self.valid,
         }
 
@@ -151,11 +196,36 @@ def _change(tree: Beneath, row: FileRow) -> ChangedFile | None:
         )
     if row.sha256 is None:
         return ChangedFile(row.path, Change.CREATED, stat.st_mtime_ns, None)
-    if stat.st_size == row.size and stat.st_mtime_ns == row.mtime_ns:
-        return None  # unchanged without reading it
+    if (
+        stat.st_mtime_ns == row.mtime_ns
+        and stat.st_ctime_ns == row.ctime_ns
+        and stat.st_ino == row.ino
+        and stat.st_size == row.size
+    ):
+        # Unchanged without reading it. The change time and the inode cannot be put
+        # back (`touch -r` sets the mtime, and so moves the ctime): a file rewritten
+        # to the same size with its mtime restored differs here. A row from before
+        # they were recorded (None) is hashed.
+        return None
     if tree.sha256(row.path) != row.sha256:
         return ChangedFile(row.path, Change.MODIFIED, stat.st_mtime_ns, row.sha256)
     return None
+
+
+def since_pause(workspace: Path, kept: Kept) -> ChangedFile:
+    """A person's change to the work tree since the pause, as a changed file."""
+    if kept.before is None:
+        change = Change.CREATED
+    elif not kept.exists:
+        change = Change.DELETED
+    else:
+        change = Change.MODIFIED
+    modified = None
+    if kept.exists:
+        with contextlib.suppress(AcodeError, OSError), Beneath(workspace) as tree:
+            info = tree.stat(kept.path)
+            modified = None if info is None else info.st_mtime_ns
+    return ChangedFile(kept.path, change, modified, None, since_pause=True, left_blob=kept.before)
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -207,8 +277,31 @@ def check_model(config: AcodeConfig) -> ModelCheck:
     return ModelCheck(settings.base_url, settings.name, None)
 
 
+def recorded_content(
+    store: SqliteStore | None, workspace: Path, change: ChangedFile
+) -> bytes | None:
+    """What ``change`` is measured from: the content the session recorded, or the file
+    as the pause left it (empty when it was not there); None when it is not at hand."""
+    if change.since_pause:
+        if change.left_blob is None:
+            return b""
+        from acode.runtime.git import read_blob
+
+        try:
+            return read_blob(workspace, change.left_blob)
+        except AcodeError:
+            return None
+    if store is None or change.recorded_sha is None:
+        return None
+    try:
+        return store.blob(change.recorded_sha)
+    except StorageError:
+        return None
+
+
 def diff_against_record(workspace: Path, change: ChangedFile, recorded: bytes | None) -> str:
-    """A unified diff from the content the session recorded to the file as it is now."""
+    """A unified diff from the content the session recorded (or the pause left) to the
+    file as it is now."""
     if recorded is None:
         return f"(no recorded content for {change.path}: only its hash was kept)\n"
     try:
@@ -219,7 +312,7 @@ def diff_against_record(workspace: Path, change: ChangedFile, recorded: bytes | 
     diff = unified_diff(
         recorded.decode("utf-8", errors="replace"),
         now.decode("utf-8", errors="replace"),
-        f"{change.path} (recorded)",
+        f"{change.path} ({'as paused' if change.since_pause else 'recorded'})",
         f"{change.path} (now)",
     )
     return diff or f"(no textual difference in {change.path})\n"

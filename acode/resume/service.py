@@ -7,8 +7,11 @@ exactly as it was.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -28,10 +31,13 @@ from acode.errors import (
     UsageError,
 )
 from acode.resume.environment import (
+    ChangedFile,
     EnvironmentReport,
+    RollbackPreview,
     changed_files,
     check_model,
     config_changes,
+    since_pause,
 )
 from acode.runtime.catalog import (
     LEDGER_KINDS,
@@ -240,9 +246,20 @@ def _needs_model(store: SqliteStore, preview: ResumePreview) -> bool:
     return any(s.kind is StepKind.MODEL and s.id in remaining for s in plan.steps())
 
 
-def _in_progress_paths(journal: Journal, workspace: Path) -> frozenset[str]:
-    """Files the interrupted step was changing: its own recovery handles them."""
+class _InProgress(NamedTuple):
+    """What the interrupted steps mean for the environment check."""
+
+    paths: frozenset[str]  # their own recovery answers for these: not checked here
+    changes: tuple[ChangedFile, ...]  # a person's changes since a pause
+    rollback: RollbackPreview | None  # what a rollback to a ghost snapshot will do
+
+
+def _in_progress(
+    journal: Journal, workspace: Path, strategy: InProgressStrategy, fresh_after_ns: int
+) -> _InProgress:
     paths: set[str] = set()
+    changes: list[ChangedFile] = []
+    rollback = None
     for step in journal.unfinished_steps():
         if step.status is StepStatus.FAILED:
             continue
@@ -251,27 +268,51 @@ def _in_progress_paths(journal: Journal, workspace: Path) -> frozenset[str]:
         if isinstance(started.get("path"), str):
             paths.add(started["path"])
         paths.update(started.get("snapshot") or {})
-        if isinstance(started.get("ghost"), str):
-            from acode.runtime.git import worktree_diff
+        ghost = started.get("ghost")
+        if isinstance(ghost, str):
+            from acode.runtime.git import BACKUP_SUFFIX, snapshot_ref
+            from acode.runtime.rollback import AsLeft, plan_rollback, with_as_left
 
-            paths.update(worktree_diff(workspace, started["ghost"]).paths)
-    return frozenset(paths)
+            as_left = AsLeft.of(with_as_left(journal.history, step, started))
+            plan = plan_rollback(workspace, ghost, as_left=as_left, fresh_after_ns=fresh_after_ns)
+            paths |= plan.decided
+            changes += [since_pause(workspace, kept) for kept in plan.changes]
+            if strategy != "retry":  # retry runs the command again on the files as they are
+                backup = snapshot_ref(journal.row.id, step.step_id, step.attempt) + BACKUP_SUFFIX
+                kept = tuple((k.path, k.reason.value) for k in plan.kept)
+                left = None if as_left is None else as_left.snapshot
+                rollback = RollbackPreview(
+                    step.step_id, ghost, left, plan.revert, plan.delete, kept, backup
+                )
+    return _InProgress(frozenset(paths), tuple(changes), rollback)
 
 
 def _environment(
-    journal: Journal, ws: Workspace, preview: ResumePreview, config: AcodeConfig
-) -> EnvironmentReport:
+    journal: Journal,
+    ws: Workspace,
+    preview: ResumePreview,
+    config: AcodeConfig,
+    *,
+    strategy: InProgressStrategy,
+    fresh_after_ns: int,
+) -> ResumePreview:
+    """``preview`` with the environment report (and the in-progress step's action as
+    the rollback it will be)."""
     store, row = journal.store, journal.row
     exists = ws.root.is_dir()
-    checked, changed = (
-        changed_files(ws.root, store.files(row.sid), ignore=_in_progress_paths(journal, ws.root))
-        if exists
-        else ([], [])
-    )
+    checked: list[str] = []
+    changed: list[ChangedFile] = []
+    rollback = None
+    if exists:
+        found = _in_progress(journal, ws.root, strategy, fresh_after_ns)
+        checked, changed = changed_files(ws.root, store.files(row.sid), ignore=found.paths)
+        reported = {c.path for c in changed}
+        changed += [c for c in found.changes if c.path not in reported]
+        rollback = found.rollback
     model = None
     if _needs_model(store, preview):
         model = check_model(config)
-    return EnvironmentReport(
+    report = EnvironmentReport(
         workspace=str(ws.root),
         workspace_exists=exists,
         checked=tuple(checked),
@@ -283,7 +324,39 @@ def _environment(
             )
         ),
         model=model,
+        rollback=rollback,
     )
+    c = preview.continuation
+    if rollback is not None and c is not None and c.in_progress_action == "retry":
+        # A run that declares no paths is rolled back to its ghost snapshot: the plan
+        # alone cannot tell that it has one.
+        c = replace(c, in_progress_action="rollback_retry")
+    return preview._replace(environment=report, continuation=c)
+
+
+def _held_by_us(ws: Workspace, session_id: str) -> bool:
+    """Whether this process held the session's lock last (a program resuming a session
+    it ran itself). Read before the lock is taken, which records this process."""
+    from acode.runtime.locks import read_owner
+
+    owner = read_owner(ws.paths.locks, session_id)
+    return owner is not None and owner.pid == os.getpid()
+
+
+def _fresh_after(journal: Journal, held_by_us: bool, fallback_ns: int) -> int:
+    """From when a file cannot have been changed by the interrupted run: the start of
+    this process, when the run was an earlier one (its last event is older), so that a
+    file written since, such as the output of `acode resume > out.txt`, is not taken for
+    the step's doing. Otherwise (a program resuming a session it ran itself, a worker
+    running long before it took the session over) ``fallback_ns``: when this resume took
+    the lock, which the interrupted run had let go of."""
+    from acode.runtime.procfs import process_start_ns
+
+    start, summary = process_start_ns(), journal.summary
+    if start is None or held_by_us or summary is None or summary.seq == 0:
+        return fallback_ns
+    newest = journal.history.event(summary.seq).ts_us * 1000
+    return start if start > newest else fallback_ns
 
 
 def preview_resume(
@@ -294,6 +367,7 @@ def preview_resume(
     verify: bool = False,
 ) -> ResumePreview:
     """What `resume` would do, with the environment report; no lock, no writes."""
+    began = time.time_ns()
     ws = _existing(workspace, None)
     store = open_store(ws.paths.db, ws.config.durability)
     try:
@@ -304,8 +378,14 @@ def preview_resume(
         _cut_short(journal, ws.paths)
         if verify:
             verify_history(store, journal.row, signer)
-        preview = _preview(journal, ws.config)
-        return preview._replace(environment=_environment(journal, ws, preview, ws.config))
+        return _environment(
+            journal,
+            ws,
+            _preview(journal, ws.config),
+            ws.config,
+            strategy=ws.config.resume.in_progress_strategy,
+            fresh_after_ns=_fresh_after(journal, _held_by_us(ws, row.id), began),
+        )
     finally:
         store.close()
 
@@ -424,7 +504,9 @@ def _resume(
         store = open_store(ws.paths.db, ws.config.durability)
         cleanup.callback(store.close)
         row = select_for_resume(store, id_or_prefix)
+        held_by_us = _held_by_us(ws, row.id)
         lock = take_lock(ws, row.id, clock, label=row.short_id)
+        locked = time.time_ns()
         cleanup.callback(lock.release)
         row = store.session(row.id)  # it may have moved on while we took the lock
         # With the lock free, whoever ran the session is gone: the commands it left
@@ -433,9 +515,13 @@ def _resume(
         orphans = reap_orphans(ws.paths, row.id)
         if orphans:
             log_event(ws.paths, "orphans_stopped", session_id=row.id, process_groups=orphans)
+            locked = time.time_ns()  # what they wrote until now may be the step's
         ws.paths.clear_temp(row.id)
         journal = Journal.load(store, row, clock, signer)
         row = journal.row  # chained again under the key, if it was recorded before
+        fresh_after = _fresh_after(journal, held_by_us, locked)
+        if orphans:  # the start of this process came before they were gone
+            fresh_after = max(fresh_after, locked)
         _refuse(journal)
         _cut_short(journal, ws.paths)
         sync = open_sync_link(ws.paths, ws.config.sync.remote, row.id)
@@ -449,8 +535,11 @@ def _resume(
         preview = _preview(journal, ws.config)
         # With --force the person chose the configuration as it is now.
         config = current_config(journal.history, row, ws.config) if force else recorded
+        strategy = strategy or config.resume.in_progress_strategy
         if config.resume.validate_environment:
-            preview = preview._replace(environment=_environment(journal, ws, preview, config))
+            preview = _environment(
+                journal, ws, preview, config, strategy=strategy, fresh_after_ns=fresh_after
+            )
         _judge(
             preview,
             force=force,
@@ -475,6 +564,7 @@ def _resume(
         strategy=strategy,
         strategy_prompt=strategy_prompt,
         sync=sync,
+        fresh_after_ns=fresh_after,
     )
 
 
@@ -482,8 +572,11 @@ def _log_fields(preview: ResumePreview) -> dict[str, Any]:
     fields: dict[str, Any] = dict(preview.log_record())
     if preview.continuation is not None:
         fields["continuation"] = preview.continuation.to_dict()
-    if preview.environment is not None and preview.environment.changed:
-        fields["changed_files"] = preview.environment.to_dict()["changed_files"]
+    env = preview.environment
+    if env is not None and env.changed:
+        fields["changed_files"] = env.to_dict()["changed_files"]
+    if env is not None and env.rollback is not None:
+        fields["rollback"] = env.rollback.to_dict()
     return fields
 
 

@@ -22,7 +22,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -39,6 +39,7 @@ __all__ = [
     "FALLBACK_NAME",
     "SNAPSHOT_MESSAGE",
     "SNAPSHOT_REF_ROOT",
+    "SnapshotEntry",
     "WorktreeDiff",
     "clear_stale_index_lock",
     "commit_all",
@@ -46,11 +47,16 @@ __all__ = [
     "drop_snapshot",
     "find_commit_with_trailer",
     "is_work_tree",
+    "keep_backup",
     "prune_snapshots",
+    "read_blob",
     "restore_worktree",
+    "snapshot_files",
     "snapshot_ref",
     "snapshot_worktree",
     "worktree_diff",
+    "worktree_files",
+    "write_back",
 ]
 
 FALLBACK_NAME = "acode"
@@ -273,7 +279,10 @@ class WorktreeDiff:
 
 
 @dataclass(frozen=True)
-class _Entry:
+class SnapshotEntry:
+    """A file of a snapshot or of the work tree: its git mode and blob id ("" when the
+    work tree's file was not hashed)."""
+
     mode: str
     blob: str
 
@@ -328,9 +337,40 @@ def snapshot_worktree(workspace: Path, ref: str) -> str:
 
 def worktree_diff(workspace: Path, sha: str) -> WorktreeDiff:
     """What :func:`restore_worktree` would change, without changing anything."""
-    snapshot = _snapshot_entries(workspace, sha)
+    snapshot = snapshot_files(workspace, sha)
     with Beneath(workspace) as tree:
         return _diff(tree, snapshot)
+
+
+def worktree_files(tree: Beneath, hashed: Container[str]) -> dict[str, SnapshotEntry]:
+    """The files git sees in the workspace now (as a snapshot would hold them), with
+    the blob ids of those in ``hashed``; the others are listed, not read."""
+    modes = _worktree_modes(tree)
+    wanted = {rel: mode for rel, mode in modes.items() if rel in hashed}
+    blobs = _hash_objects(tree, _prefix(tree.workspace), wanted, write=False)
+    return {rel: SnapshotEntry(mode, blobs.get(rel, "")) for rel, mode in modes.items()}
+
+
+def write_back(
+    tree: Beneath,
+    snapshot: Mapping[str, SnapshotEntry],
+    rewrite: Iterable[str],
+    remove: Iterable[str],
+) -> None:
+    """Delete ``remove`` (with the directories that leaves empty) and write ``rewrite``
+    as ``snapshot`` holds them, each by its name in a directory held open."""
+    for rel in remove:
+        _remove(tree, rel)
+    rewrite = list(rewrite)
+    contents = _read_blobs(tree.workspace, {snapshot[rel].blob for rel in rewrite})
+    for rel in rewrite:
+        entry = snapshot[rel]
+        _write_entry(tree, rel, entry.mode, contents[entry.blob])
+
+
+def read_blob(workspace: Path, blob: str) -> bytes:
+    """The content of one blob of a snapshot."""
+    return _read_blobs(workspace, [blob])[blob]
 
 
 def restore_worktree(workspace: Path, sha: str, *, backup_ref: str | None = None) -> list[str]:
@@ -350,18 +390,21 @@ def restore_worktree(workspace: Path, sha: str, *, backup_ref: str | None = None
     Every file is removed and written by its name in a directory held open, reached
     from the workspace's descriptor without following a symlink (:class:`Beneath`).
     """
-    snapshot = _snapshot_entries(workspace, sha)
+    snapshot = snapshot_files(workspace, sha)
     with Beneath(workspace) as tree:
         diff = _diff(tree, snapshot)
-        if diff.paths and backup_ref is not None and not _has_ref(workspace, backup_ref):
-            snapshot_worktree(workspace, backup_ref)
-        for rel in diff.remove:
-            _remove(tree, rel)
-        contents = _read_blobs(workspace, {snapshot[rel].blob for rel in diff.rewrite})
-        for rel in diff.rewrite:
-            entry = snapshot[rel]
-            _write_entry(tree, rel, entry.mode, contents[entry.blob])
+        if diff.paths and backup_ref is not None:
+            keep_backup(workspace, backup_ref)
+        write_back(tree, snapshot, diff.rewrite, diff.remove)
     return list(diff.paths)
+
+
+def keep_backup(workspace: Path, ref: str) -> None:
+    """Keep the work tree as it is at ``ref`` before a restore changes it. When that ref
+    exists already, a restore interrupted before has made it, and the first backup is
+    the one kept."""
+    if not _has_ref(workspace, ref):
+        snapshot_worktree(workspace, ref)
 
 
 def commit_preview(workspace: Path) -> tuple[str, tuple[str, ...]]:
@@ -555,10 +598,10 @@ def _prefix_and_head(workspace: Path) -> tuple[str, str | None]:
     return os.fsdecode(lines[0]), head
 
 
-def _worktree_entries(tree: Beneath, prefix: str) -> dict[str, _Entry]:
+def _worktree_entries(tree: Beneath, prefix: str) -> dict[str, SnapshotEntry]:
     modes = _worktree_modes(tree)
     blobs = _hash_objects(tree, prefix, modes, write=True)
-    return {rel: _Entry(mode, blobs[rel]) for rel, mode in modes.items()}
+    return {rel: SnapshotEntry(mode, blobs[rel]) for rel, mode in modes.items()}
 
 
 def _hash_objects(
@@ -600,7 +643,8 @@ def _line_safe(rel: str) -> bool:
     return "\n" not in rel and "\r" not in rel and not rel.startswith('"')
 
 
-def _snapshot_entries(workspace: Path, sha: str) -> dict[str, _Entry]:
+def snapshot_files(workspace: Path, sha: str) -> dict[str, SnapshotEntry]:
+    """The files of snapshot ``sha``, relative to the workspace (``.agent/state`` never)."""
     if _git(workspace, ["cat-file", "-e", f"{sha}^{{commit}}"]).returncode != 0:
         raise StepFailedError(
             f"the work tree snapshot {sha} is not in the repository at {workspace} "
@@ -609,7 +653,7 @@ def _snapshot_entries(workspace: Path, sha: str) -> dict[str, _Entry]:
         )
     # ls-tree run in the workspace lists only its part of the tree, relative to it.
     listing = _git_bytes(workspace, ["ls-tree", "-r", "-z", sha])
-    entries: dict[str, _Entry] = {}
+    entries: dict[str, SnapshotEntry] = {}
     for record in listing.split(b"\0"):
         if not record:
             continue
@@ -617,20 +661,14 @@ def _snapshot_entries(workspace: Path, sha: str) -> dict[str, _Entry]:
         mode, kind, blob = meta.decode().split()
         rel = os.fsdecode(raw)
         if kind == "blob" and not _is_state(rel):
-            entries[rel] = _Entry(mode, blob)
+            entries[rel] = SnapshotEntry(mode, blob)
     return entries
 
 
-def _diff(tree: Beneath, snapshot: Mapping[str, _Entry]) -> WorktreeDiff:
-    modes = _worktree_modes(tree)
-    shared = {rel: mode for rel, mode in modes.items() if rel in snapshot}
-    blobs = _hash_objects(tree, _prefix(tree.workspace), shared, write=False)
-    rewrite = (
-        rel
-        for rel, entry in snapshot.items()
-        if modes.get(rel) != entry.mode or blobs.get(rel) != entry.blob
-    )
-    remove = (rel for rel in modes if rel not in snapshot)
+def _diff(tree: Beneath, snapshot: Mapping[str, SnapshotEntry]) -> WorktreeDiff:
+    now = worktree_files(tree, snapshot)
+    rewrite = (rel for rel, entry in snapshot.items() if now.get(rel) != entry)
+    remove = (rel for rel in now if rel not in snapshot)
     return WorktreeDiff(tuple(sorted(rewrite)), tuple(sorted(remove)))
 
 

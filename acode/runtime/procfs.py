@@ -7,10 +7,19 @@ Where there is no /proc, nothing is found, and the callers fall back to doing le
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
-__all__ = ["ProcessInfo", "command_line", "environment", "holders", "open_files", "processes"]
+__all__ = [
+    "ProcessInfo",
+    "command_line",
+    "environment",
+    "holders",
+    "open_files",
+    "process_start_ns",
+    "processes",
+]
 
 
 class ProcessInfo(NamedTuple):
@@ -37,6 +46,23 @@ def processes() -> Iterator[ProcessInfo]:
             yield ProcessInfo(int(entry), fields[0].decode(), int(fields[1]), int(fields[2]))
         except (OSError, IndexError, ValueError):
             continue
+
+
+def process_start_ns() -> int | None:
+    """The latest instant this process can have started at, in wall-clock nanoseconds;
+    None where /proc does not tell.
+
+    The kernel counts a process's start in clock ticks since boot (a hundredth of a
+    second, usually), rounded down: one tick is added, so that nothing written before
+    the process started can ever seem to come after it."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+    since_boot = (ticks + 1) * 1_000_000_000 // hz
+    return time.time_ns() - time.clock_gettime_ns(time.CLOCK_BOOTTIME) + since_boot
 
 
 def environment(pid: int) -> list[bytes]:

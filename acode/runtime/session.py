@@ -182,6 +182,7 @@ class Session:
         strategy: InProgressStrategy | None = None,
         strategy_prompt: StrategyPrompt | None = None,
         sync: SyncLink | None = None,
+        fresh_after_ns: int | None = None,
     ) -> None:
         self._journal = journal
         self.workspace = workspace
@@ -193,6 +194,7 @@ class Session:
         self.interrupts = interrupts or Interrupts()
         self.strategy: InProgressStrategy = strategy or config.resume.in_progress_strategy
         self.strategy_prompt = strategy_prompt
+        self._fresh_after_ns = fresh_after_ns
         summary = journal.summary
         assert summary is not None
         # Positions below this may have records; a fresh session never looks.
@@ -214,6 +216,8 @@ class Session:
         self._transcript: list[dict[str, Any]] | None = None
         # A step whose call raised with no outcome recorded (``_unsettle``).
         self._unsettled: _Unsettled | None = None
+        # The run step whose ghost snapshot this process took (``_as_left``).
+        self._ghosted: StepContext | None = None
         self._closed = False
         self._progress = ProgressFile(StatePaths(workspace))
         self._sync = sync
@@ -558,6 +562,11 @@ class Session:
         the caller goes on past it (``_settle``)."""
         try:
             started = self._started_record(record)
+            if "ghost" in started:
+                from acode.runtime.rollback import with_as_left
+
+                # What a pause found, for the rollback to tell a person's changes.
+                started = with_as_left(self._journal.history, record, started)
             if env.strategy == "prompt":
                 env = env._replace(strategy=self._ask_strategy(record))
             recovery = action.recover(env, started)
@@ -626,6 +635,8 @@ class Session:
                     blobs=prepared.blobs,
                     checkpoint=False,
                 )
+                if "ghost" in prepared.record:
+                    self._ghosted = env.ctx
             notice(StepPhase.STARTED, None)
             with self.interrupts.interruptible():
                 outcome = action.execute(env, prepared)
@@ -773,7 +784,7 @@ class Session:
         self, step_id: str, kind: StepKind, task: str | None, position: int, attempt: int
     ) -> StepEnv:
         ctx = self._context(step_id, kind, task, position, attempt)
-        return StepEnv(ctx, self._journal.store, self.config, self.strategy)
+        return StepEnv(ctx, self._journal.store, self.config, self.strategy, self._fresh_after_ns)
 
     def _context(
         self, step_id: str, kind: StepKind, task: str | None, position: int, attempt: int
@@ -1004,6 +1015,8 @@ class Session:
             self._settle()  # the session ends without it: its outcome is known now
         entries = self._to(target, reason)
         if entries:
+            if target is SessionState.PAUSED:
+                entries[0][1].update(self._as_left())
             self._journal.write(entries)
             self._progress.update(self._journal, final=True)
             if is_terminal(target):
@@ -1011,6 +1024,19 @@ class Session:
 
                 # Snapshots exist for rolling back; a finished session never rolls back.
                 prune_snapshots(self.workspace, self.id, keep_backups=True)
+
+    def _as_left(self) -> dict[str, Any]:
+        """At a pause inside a run step whose ghost snapshot this process took: the work
+        tree as the interruption left it, kept as a snapshot too, so that a resume tells
+        a person's changes since from the step's own (acode.runtime.rollback). A pause
+        in a step this process did not run (stopped at its recovery) keeps the earlier
+        pause's snapshot: the work tree may hold a person's changes by now."""
+        unsettled = self._unsettled
+        if unsettled is None or unsettled.ctx is not self._ghosted:
+            return {}
+        from acode.runtime.rollback import take_as_left
+
+        return take_as_left(self.workspace, unsettled.ctx)
 
     def complete(self) -> None:
         self._transition(SessionState.COMPLETED, "all steps done")

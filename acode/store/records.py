@@ -61,12 +61,16 @@ class MessageRow(NamedTuple):
 
 
 class FileRow(NamedTuple):
-    """A workspace file as a session last saw it (``sha256`` None: it did not exist)."""
+    """A workspace file as a session last saw it (``sha256`` None: it did not exist),
+    with git's stat data: the change time and inode are what a person cannot put back
+    (None in rows recorded before schema 7: not recorded)."""
 
     path: str
     sha256: str | None
     size: int | None
     mtime_ns: int | None
+    ctime_ns: int | None = None
+    ino: int | None = None
 
 
 class Commit(NamedTuple):

@@ -162,10 +162,12 @@ SELECT_CHECKPOINTS = (
     " ORDER BY id DESC"
 )
 UPSERT_FILE = (
-    "INSERT OR REPLACE INTO files (sid, path, sha256, size, mtime_ns, seq)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT OR REPLACE INTO files (sid, path, sha256, size, mtime_ns, ctime_ns, ino, seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-SELECT_FILES = "SELECT path, sha256, size, mtime_ns FROM files WHERE sid = ? ORDER BY path"
+SELECT_FILES = (
+    "SELECT path, sha256, size, mtime_ns, ctime_ns, ino FROM files WHERE sid = ? ORDER BY path"
+)
 INSERT_MESSAGE = "INSERT INTO messages (sid, idx, role, content, seq) VALUES (?, ?, ?, ?, ?)"
 SELECT_MESSAGES = "SELECT idx, role, content, seq FROM messages WHERE sid = ? ORDER BY idx"
 
@@ -298,7 +300,9 @@ def _statements(sid: int, c: Commit) -> list[_Statement]:
         statements.append((INSERT_MESSAGE, messages, True))
     if c.files:
         seq = c.events[-1].seq
-        files = [(sid, f.path, f.sha256, f.size, f.mtime_ns, seq) for f in c.files]
+        files = [
+            (sid, f.path, f.sha256, f.size, f.mtime_ns, f.ctime_ns, f.ino, seq) for f in c.files
+        ]
         statements.append((UPSERT_FILE, files, True))
     if c.state is not None:
         statements.append((UPDATE_SESSION, (c.state, c.updated_at, sid), False))

@@ -115,10 +115,28 @@ def test_ten_thousand_unchanged_files_are_checked_by_stat_alone(workspace: Path)
         path = workspace / f"f{i}.txt"
         path.write_text("x")
         st = path.stat()
-        # A wrong hash proves no file was read: unchanged size and mtime are trusted.
-        rows.append(FileRow(path.name, "0" * 64, st.st_size, st.st_mtime_ns))
+        # A wrong hash proves no file was read: unchanged stat data is trusted.
+        rows.append(
+            FileRow(path.name, "0" * 64, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        )
     checked, changed = changed_files(workspace, rows)
     assert (len(checked), changed) == (2000, [])
+
+
+def test_a_row_without_change_time_and_inode_is_hashed(workspace: Path) -> None:
+    """Rows recorded before schema 7 hold size and mtime only: not enough to trust."""
+    from acode.resume.environment import Change, changed_files
+    from acode.runtime.files import sha256_bytes
+    from acode.store.records import FileRow
+
+    (workspace / "same.txt").write_text("same\n")
+    (workspace / "other.txt").write_text("bbbb\n")
+    rows = []
+    for name, recorded in (("same.txt", b"same\n"), ("other.txt", b"aaaa\n")):
+        st = (workspace / name).stat()
+        rows.append(FileRow(name, sha256_bytes(recorded), st.st_size, st.st_mtime_ns))
+    _, changed = changed_files(workspace, rows)
+    assert [(c.path, c.change) for c in changed] == [("other.txt", Change.MODIFIED)]
 
 
 def test_every_resume_attempt_is_logged_redacted(workspace: Path) -> None:

@@ -467,7 +467,14 @@ def test_interrupted_run_is_rolled_back_and_run_once_more(
         s.run("mutate", COMMAND)
         rolled = s.journal.store.events_of_type(s.journal.row, EventType.STEP_ROLLED_BACK)
         refs = _git(ws, "for-each-ref", "--format=%(refname)", root).split()
-        assert refs == [f"{root}/mutate-1", f"{root}/mutate-1-before-rollback", f"{root}/mutate-2"]
+        # The pause kept the work tree as the interruption left it beside the ghost.
+        assert refs == [
+            f"{root}/mutate-1",
+            f"{root}/mutate-1-as-left",
+            f"{root}/mutate-1-before-rollback",
+            f"{root}/mutate-2",
+        ]
+        assert _git(ws, "show", f"{root}/mutate-1-as-left:a.txt") == "half-done\n"
     assert counted == [COMMAND]
     assert (ws / "count.txt").read_text() == "ran"
     assert (ws / "seen.txt").read_text() == "alpha\n", "restored before running again"

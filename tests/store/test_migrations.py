@@ -40,6 +40,26 @@ def test_a_database_at_every_older_version_upgrades_and_keeps_its_data(
     conn.close()
 
 
+def test_files_recorded_before_schema_7_have_no_change_time_or_inode(tmp_path: Path) -> None:
+    """Rows of older files keep what they had; the stat data they lack reads as None,
+    which the environment check takes as "not recorded" and hashes."""
+    path = tmp_path / "old.db"
+    conn = connect(path)
+    for migration in available_migrations():
+        if migration.number <= 6:
+            _apply(conn, migration)
+    conn.execute(
+        "INSERT INTO files (sid, path, sha256, size, mtime_ns, seq) VALUES (1, 'a', 'h', 3, 9, 1)"
+    )
+    migrate(conn, path)
+    conn.close()
+    store = open_store(path)
+    try:
+        assert [tuple(r) for r in store.files(1)] == [("a", "h", 3, 9, None, None)]
+    finally:
+        store.close()
+
+
 def test_a_database_from_a_newer_acode_is_refused_and_left_untouched(tmp_path: Path) -> None:
     path = tmp_path / "acode.db"
     open_store(path).close()

@@ -60,6 +60,9 @@ class StepEnv(NamedTuple):
     store: SqliteStore
     config: AcodeConfig
     strategy: InProgressStrategy = "rollback"
+    # On resume: files changed after this instant (ns) are not the interrupted step's
+    # doing, and its rollback leaves them alone (acode.runtime.rollback).
+    fresh_after_ns: int | None = None
 
 
 class Prepared(NamedTuple):

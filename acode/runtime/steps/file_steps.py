@@ -67,7 +67,7 @@ def observe(tree: Beneath, path: str, sha: str | None = None) -> FileRow:
 
 
 def _row(path: str, sha: str, info: os.stat_result) -> FileRow:
-    return FileRow(path, sha, info.st_size, info.st_mtime_ns)
+    return FileRow(path, sha, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
 
 
 def write_file(env: StepEnv, tree: Beneath, path: str, data: bytes) -> None:

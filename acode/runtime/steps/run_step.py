@@ -4,7 +4,9 @@ A non-idempotent command records a snapshot of the files it declares (``paths``)
 before it starts, so an interrupted run can be rolled back and run again; a
 ``check`` command that exits 0 tells resume the effect is already there. A command
 that declares no paths, in a git work tree, gets a snapshot of the whole work tree
-instead: a private commit under ``refs/acode/`` (see :mod:`acode.runtime.git`).
+instead: a private commit under ``refs/acode/`` (see :mod:`acode.runtime.git`), to which
+its rollback reverts what the command changed, and not what a person changed since
+(see :mod:`acode.runtime.rollback`).
 """
 
 from __future__ import annotations
@@ -16,15 +18,10 @@ from acode.domain.kinds import StepKind
 from acode.errors import StepFailedError
 from acode.runtime.beneath import Beneath
 from acode.runtime.files import expand_globs, sha256_bytes
-from acode.runtime.git import (
-    BACKUP_SUFFIX,
-    is_work_tree,
-    restore_worktree,
-    snapshot_ref,
-    snapshot_worktree,
-)
+from acode.runtime.git import BACKUP_SUFFIX, is_work_tree, snapshot_ref, snapshot_worktree
 from acode.runtime.orphans import SESSION_ENV, NotedCommand
 from acode.runtime.process import CommandResult, run_command
+from acode.runtime.rollback import AsLeft, describe, roll_back
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 from acode.runtime.steps.file_steps import observe, read_file, restore_image
 from acode.runtime.workspace import StatePaths
@@ -116,7 +113,7 @@ class RunStep:
         if env.strategy == "retry" or not (snapshot or ghost):
             return Recovery(RecoveryAction.RETRY, f"running `{self.command}` again")
         if ghost:
-            return self._restore_ghost(env, ghost)
+            return self._restore_ghost(env, ghost, AsLeft.of(started))
         restored = []
         with Beneath(env.ctx.workspace) as tree:
             for rel, sha in sorted(snapshot.items()):
@@ -129,18 +126,24 @@ class RunStep:
             restored=tuple(restored),
         )
 
-    def _restore_ghost(self, env: StepEnv, ghost: str) -> Recovery:
+    def _restore_ghost(self, env: StepEnv, ghost: str, as_left: AsLeft | None) -> Recovery:
+        """Revert what the step changed since its snapshot, never what a person changed
+        since the pause (``as_left``), nor what changed after the resume began."""
         ctx = env.ctx
-        # The rollback also reverts whatever a person changed while the session was
-        # stopped: keep the work tree as found, so that nothing is lost for good.
+        # After a kill, a person's change cannot be told from the step's: whatever the
+        # rollback reverts is kept first, so that nothing is lost for good.
         backup = snapshot_ref(ctx.session_id, ctx.step_id, ctx.attempt) + BACKUP_SUFFIX
-        changed = restore_worktree(ctx.workspace, ghost, backup_ref=backup)
-        kept = f"; the work tree as found is kept at {backup}" if changed else ""
+        done = roll_back(
+            ctx.workspace,
+            ghost,
+            backup_ref=backup,
+            as_left=as_left,
+            fresh_after_ns=env.fresh_after_ns,
+        )
         return Recovery(
             RecoveryAction.ROLLBACK_AND_RETRY,
-            f"restored {len(changed)} files of the work tree from snapshot {ghost[:12]}"
-            f"{kept}; running again",
-            restored=tuple(changed),
+            describe(done, ghost, backup),
+            restored=done.paths,
         )
 
     def value(self, store: SqliteStore, result: Any) -> CommandResult | dict[str, Any]:

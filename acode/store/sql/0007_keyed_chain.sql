@@ -10,3 +10,11 @@
 ALTER TABLE sessions ADD COLUMN chain INTEGER NOT NULL DEFAULT 2;
 ALTER TABLE sessions ADD COLUMN key_id TEXT;
 UPDATE sessions SET chain = 1;
+
+-- The files a session touched also record the stat data a person cannot put back
+-- (git's: the inode and the change time, besides size and mtime): a file changed with
+-- its size kept and its mtime put back (`touch -r`) must still be seen as changed.
+-- NULL, in rows recorded before, means "not recorded": the environment check hashes
+-- those files.
+ALTER TABLE files ADD COLUMN ctime_ns INTEGER;
+ALTER TABLE files ADD COLUMN ino INTEGER;

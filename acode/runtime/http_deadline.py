@@ -111,14 +111,8 @@ class _Connection(http.client.HTTPConnection):
         self._deadline.watch(self.sock)
 
 
-class _TLSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._deadline = deadline
-
-    def connect(self) -> None:
-        super().connect()
-        self._deadline.watch(self.sock)
+class _TLSConnection(_Connection, http.client.HTTPSConnection):
+    """The deadline watches the TLS socket: HTTPSConnection.connect wraps it first."""
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):

@@ -205,22 +205,29 @@ def read_owner(locks_dir: Path, session_id: str) -> LockOwner | None:
         os.close(fd)
 
 
-def is_locked(locks_dir: Path, session_id: str) -> bool:
-    """True when some open file other than this probe holds the lock (another process, or
-    another SessionLock of this one). The probe takes a shared lock for an instant, so
-    probes never see each other and a holder is not disturbed."""
+def _open_to_probe(locks_dir: Path, session_id: str) -> int | None:
+    """The lock file, opened to read and probe; None when there is none."""
     path = lock_path(locks_dir, session_id)
     dir_fd = _open_locks_dir(locks_dir, create=False)
     if dir_fd is None:
-        return False
+        return None
     try:
-        fd = os.open(path.name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+        return os.open(path.name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
     except FileNotFoundError:
-        return False
+        return None
     except OSError as err:
         raise _open_error(dir_fd, path, err) from err
     finally:
         os.close(dir_fd)
+
+
+def is_locked(locks_dir: Path, session_id: str) -> bool:
+    """True when some open file other than this probe holds the lock (another process, or
+    another SessionLock of this one). The probe takes a shared lock for an instant, so
+    probes never see each other and a holder is not disturbed."""
+    fd = _open_to_probe(locks_dir, session_id)
+    if fd is None:
+        return False
     try:
         if not _try_flock(fd, fcntl.LOCK_SH):
             return True
@@ -233,18 +240,9 @@ def is_locked(locks_dir: Path, session_id: str) -> bool:
 def holder(locks_dir: Path, session_id: str) -> str | None:
     """Who holds the lock, as a person reads it; None when it is free. A record naming a
     process that no longer holds the file (gone, or its pid reused) names nobody."""
-    path = lock_path(locks_dir, session_id)
-    dir_fd = _open_locks_dir(locks_dir, create=False)
-    if dir_fd is None:
+    fd = _open_to_probe(locks_dir, session_id)
+    if fd is None:
         return None
-    try:
-        fd = os.open(path.name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise _open_error(dir_fd, path, err) from err
-    finally:
-        os.close(dir_fd)
     try:
         if _try_flock(fd, fcntl.LOCK_SH):
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -19,6 +19,21 @@ def _limited() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
 
 
+def _run_limited(acode: Cli) -> subprocess.CompletedProcess[str]:
+    """`acode run plan.yml` under the file size limit."""
+    return subprocess.run(
+        [ACODE, "run", "plan.yml"],
+        cwd=acode.workspace,
+        env=acode.env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=_limited,  # one system call in the child, no lock to take
+    )
+
+
 def test_a_database_that_refuses_writes_pauses_the_session_and_resume_completes_it(
     acode: Cli,
 ) -> None:
@@ -34,17 +49,7 @@ def test_a_database_that_refuses_writes_pauses_the_session_and_resume_completes_
         "      - {id: big, python: 'bigread:go'}\n"
         "      - {id: after, write: after.txt, content: bye}\n",
     )
-    done = subprocess.run(
-        [ACODE, "run", "plan.yml"],
-        cwd=acode.workspace,
-        env=acode.env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        preexec_fn=_limited,  # one system call in the child, no lock to take
-    )
+    done = _run_limited(acode)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert "internal error" not in done.stderr
@@ -76,17 +81,7 @@ def test_a_step_that_meets_a_full_disk_pauses_the_session_and_resume_completes_i
         "      - {id: small, write: small.txt, content: hello}\n"
         "      - {id: big, python: 'bigwrite:go'}\n",
     )
-    done = subprocess.run(
-        [ACODE, "run", "plan.yml"],
-        cwd=acode.workspace,
-        env=acode.env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        preexec_fn=_limited,  # one system call in the child, no lock to take
-    )
+    done = _run_limited(acode)
     assert done.returncode == 1, done.stderr
     err = " ".join(done.stderr.split())
     short = acode.sessions()[0]["short_id"]

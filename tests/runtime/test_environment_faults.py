@@ -15,18 +15,9 @@ import pytest
 
 import acode
 from acode.domain.reducer import StepStatus
-from acode.runtime.workspace import StatePaths
-from acode.store.sqlite_store import open_store
+from tests.support.recorded import step_statuses
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _steps(ws: Path, session_id: str) -> list[tuple[str, StepStatus]]:
-    store = open_store(StatePaths(ws).db)
-    try:
-        return [(r.step_id, r.status) for r in store.steps(store.session(session_id).sid)]
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize(
@@ -51,10 +42,10 @@ def test_the_environments_fault_leaves_the_step_for_resume(
     assert fault.value.code.value == code
     assert "step 'big' could not finish" in fault.value.message
     assert "acode resume" in (fault.value.hint or "")
-    assert _steps(workspace, s.id) == []  # no outcome: the step runs again
+    assert step_statuses(workspace, s.id) == []  # no outcome: the step runs again
     with acode.resume_session(s.id, workspace) as r:
         assert r.step("big", lambda ctx: "written") == "written"
-    assert _steps(workspace, s.id) == [("big", StepStatus.COMPLETED)]
+    assert step_statuses(workspace, s.id) == [("big", StepStatus.COMPLETED)]
 
 
 def test_a_write_step_that_meets_a_file_size_limit_is_written_on_resume(
@@ -89,7 +80,7 @@ def test_a_write_step_that_meets_a_file_size_limit_is_written_on_resume(
     session_id, code = done.stdout.split()
     assert code == "ACODE-ENV-001"
     assert not (workspace / "big.txt").exists()
-    assert _steps(workspace, session_id) == [
+    assert step_statuses(workspace, session_id) == [
         ("small", StepStatus.COMPLETED),
         ("big", StepStatus.IN_PROGRESS),
     ]
@@ -97,7 +88,7 @@ def test_a_write_step_that_meets_a_file_size_limit_is_written_on_resume(
         r.write("small", "small.txt", "hello")
         assert r.write("big", "big.txt", b"x" * 2_000_000)["size"] == 2_000_000
     assert (workspace / "big.txt").stat().st_size == 2_000_000
-    assert _steps(workspace, session_id) == [
+    assert step_statuses(workspace, session_id) == [
         ("small", StepStatus.COMPLETED),
         ("big", StepStatus.COMPLETED),
     ]

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trustme
 
 from acode.domain.config import ModelSettings
 from acode.errors import ModelError
@@ -35,6 +37,24 @@ HELLO = [{"role": "system", "content": "be brief"}, {"role": "user", "content": 
 def fake() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as server:
         yield server
+
+
+@pytest.fixture(params=["http", "https"])
+def tls(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> ssl.SSLContext | None:
+    """A DripServer's ``tls``: None, or a certificate for 127.0.0.1 from an authority
+    this process trusts the way a person trusts their own (SSL_CERT_FILE, which the
+    default context reads; acode has no option of its own for it)."""
+    if request.param == "http":
+        return None
+    authority = trustme.CA()
+    bundle = tmp_path / "ca.pem"
+    authority.cert_pem.write_to_path(str(bundle))
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(context)
+    return context
 
 
 def settings_for(fake: FakeOpenAI, **changes: object) -> ModelSettings:
@@ -281,13 +301,25 @@ def test_a_slow_server_times_out(fake: FakeOpenAI) -> None:
     assert len(fake.requests) == 1  # never retried behind the caller's back
 
 
+def test_an_answer_within_the_deadline_is_read_whole(
+    tls: ssl.SSLContext | None,
+) -> None:
+    with DripServer(interval=0, tls=tls) as server:
+        settings = ModelSettings(base_url=server.base_url, name=DRIP_MODEL, timeout_seconds=10)
+        response = chat(settings, HELLO)
+    assert response.content.startswith("slow slow")
+
+
 @pytest.mark.parametrize("headers_too", [False, True], ids=["body", "status-line-and-headers"])
-def test_a_server_that_drips_its_answer_is_cut_off_at_the_deadline(headers_too: bool) -> None:
-    """model.timeout_seconds bounds the whole answer: each byte of a dripping server comes
-    well within any socket time-out, so a bound per read would wait 30 s here."""
+def test_a_server_that_drips_its_answer_is_cut_off_at_the_deadline(
+    headers_too: bool, tls: ssl.SSLContext | None
+) -> None:
+    """model.timeout_seconds bounds the whole answer, over HTTP and TLS alike: each byte
+    of a dripping server comes well within any socket time-out, so a bound per read
+    would wait 30 s here."""
     from acode.errors import ModelBusyError
 
-    with DripServer(interval=0.05, headers_too=headers_too) as server:
+    with DripServer(interval=0.05, headers_too=headers_too, tls=tls) as server:
         settings = ModelSettings(base_url=server.base_url, name=DRIP_MODEL, timeout_seconds=1)
         started = time.monotonic()
         with pytest.raises(ModelBusyError) as info:

@@ -19,18 +19,9 @@ from acode.domain.reducer import StepStatus
 from acode.domain.states import SessionState
 from acode.errors import ApprovalPending, PauseRequested, StepFailedError, StorageError
 from acode.runtime.observer import StepNotice, StepPhase
-from acode.runtime.workspace import StatePaths
-from acode.store.sqlite_store import open_store
+from tests.support.recorded import step_statuses
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _steps(ws: Path, session_id: str) -> list[tuple[str, StepStatus]]:
-    store = open_store(StatePaths(ws).db)
-    try:
-        return [(r.step_id, r.status) for r in store.steps(store.session(session_id).sid)]
-    finally:
-        store.close()
 
 
 def _read_only(session: acode.Session, on: bool) -> None:
@@ -78,7 +69,7 @@ def test_a_failed_edit_then_a_kill_leaves_a_session_that_resumes(workspace: Path
             s.edit("e", "missing.txt", "x", "y")
         s.write("b", "b.txt", "y")
         s.write("c", "c.txt", "z")
-    assert _steps(workspace, session_id) == [
+    assert step_statuses(workspace, session_id) == [
         ("a", StepStatus.COMPLETED),
         ("e", StepStatus.FAILED),
         ("b", StepStatus.COMPLETED),
@@ -94,7 +85,10 @@ def test_a_step_that_fails_before_it_starts_is_told_and_recorded(workspace: Path
         s.step("after", lambda ctx: 1)
     told = [(n.step_id, n.phase, n.position) for n in notices.seen if n.step_id == "e"]
     assert told == [("e", StepPhase.FAILED, 0)]
-    assert _steps(workspace, s.id) == [("e", StepStatus.FAILED), ("after", StepStatus.COMPLETED)]
+    assert step_statuses(workspace, s.id) == [
+        ("e", StepStatus.FAILED),
+        ("after", StepStatus.COMPLETED),
+    ]
 
 
 def test_a_step_the_database_refused_runs_again_on_resume(workspace: Path) -> None:
@@ -106,12 +100,15 @@ def test_a_step_the_database_refused_runs_again_on_resume(workspace: Path) -> No
     assert "acode resume" in (info.value.hint or "")
     _read_only(s, False)
     s.close()  # the caller stops here, as the CLI does: nothing of "w" was recorded
-    assert _steps(workspace, s.id) == [("a", StepStatus.COMPLETED)]
+    assert step_statuses(workspace, s.id) == [("a", StepStatus.COMPLETED)]
     with acode.resume_session(s.id, workspace) as r:
         r.step("a", lambda ctx: 1)
         assert r.write("w", "w.txt", "content")["size"] == 7
     assert (workspace / "w.txt").read_text() == "content"
-    assert _steps(workspace, s.id) == [("a", StepStatus.COMPLETED), ("w", StepStatus.COMPLETED)]
+    assert step_statuses(workspace, s.id) == [
+        ("a", StepStatus.COMPLETED),
+        ("w", StepStatus.COMPLETED),
+    ]
 
 
 def test_a_caller_going_on_past_a_refused_step_has_it_recorded_as_failed(
@@ -125,7 +122,7 @@ def test_a_caller_going_on_past_a_refused_step_has_it_recorded_as_failed(
     _read_only(s, False)
     s.step("b", lambda ctx: 2)  # going on: "a" is recorded as failed first
     s.close()
-    assert _steps(workspace, s.id) == [("a", StepStatus.FAILED), ("b", StepStatus.COMPLETED)]
+    assert step_statuses(workspace, s.id) == [("a", StepStatus.FAILED), ("b", StepStatus.COMPLETED)]
     failed = [n for n in notices.seen if n.step_id == "a" and n.phase is StepPhase.FAILED]
     assert len(failed) == 1
     assert "the session went on without this step" in (failed[0].detail or "")
@@ -148,7 +145,10 @@ def test_an_approval_the_caller_went_on_without_fails_and_the_session_completes(
         assert s.journal.summary is not None
         assert s.journal.summary.pending_approval is None
     assert s.state.value == "COMPLETED"
-    assert _steps(workspace, s.id) == [("ok", StepStatus.FAILED), ("other", StepStatus.COMPLETED)]
+    assert step_statuses(workspace, s.id) == [
+        ("ok", StepStatus.FAILED),
+        ("other", StepStatus.COMPLETED),
+    ]
 
 
 def test_completing_records_the_step_left_unsettled(workspace: Path) -> None:
@@ -158,7 +158,7 @@ def test_completing_records_the_step_left_unsettled(workspace: Path) -> None:
             s.step("last", lambda ctx: 1)
         _read_only(s, False)
     assert s.state is SessionState.COMPLETED
-    assert _steps(workspace, s.id) == [("last", StepStatus.FAILED)]
+    assert step_statuses(workspace, s.id) == [("last", StepStatus.FAILED)]
 
 
 def test_a_recovery_refusal_waits_for_the_next_resume_unless_the_caller_goes_on(
@@ -177,12 +177,12 @@ def test_a_recovery_refusal_waits_for_the_next_resume_unless_the_caller_goes_on(
             with pytest.raises(StepFailedError, match="marked not retryable"):
                 r.step("once", once)
             r.close()
-        assert _steps(workspace, s.id) == [("once", StepStatus.IN_PROGRESS)]
+        assert step_statuses(workspace, s.id) == [("once", StepStatus.IN_PROGRESS)]
     with acode.resume_session(s.id, workspace) as r:
         with pytest.raises(StepFailedError, match="marked not retryable"):
             r.step("once", once)
         r.step("next", lambda ctx: 1)
-    assert _steps(workspace, s.id) == [
+    assert step_statuses(workspace, s.id) == [
         ("once", StepStatus.FAILED),
         ("next", StepStatus.COMPLETED),
     ]

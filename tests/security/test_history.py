@@ -257,33 +257,10 @@ def test_an_old_history_with_a_forged_append_is_not_chained_again_under_the_key(
 def _as_schema_6(ws: Path, signer: Signer) -> None:
     """The database as acode wrote it before schema 7: a plain SHA-256 chain, its
     checkpoints signed with ``signer``."""
-    from acode.domain.ids import uuid_bytes
-    from acode.runtime.journal import checkpoint_message
-    from acode.store.records import CheckpointRow
     from tests.store.older_schemas import older_database
 
     with older_database(ws, 6, lambda session_id, payload: None) as old:
-        for e in old.events:
-            checkpoint, tag = None, None
-            if e.checkpointed:
-                checkpoint = e.summary.encode()
-                unsigned = CheckpointRow(e.seq, e.seq, checkpoint, e.head, "", e.ts)
-                tag = signer.tag(checkpoint_message(e.session_id, e.title, unsigned))
-            old.conn.execute(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    e.sid * 2**32 + e.seq,
-                    e.sid,
-                    e.seq,
-                    uuid_bytes(e.event_id),
-                    e.ts,
-                    e.type,
-                    e.payload,
-                    e.head,
-                    checkpoint,
-                    tag,
-                ),
-            )
+        old.write_events(signer)
         for step in old.steps:
             old.conn.execute(
                 "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -13,7 +13,7 @@ from typing import Any
 
 from acode.domain.chain import event_hash, genesis_hash
 from acode.domain.events import Event, EventType, canonical_json
-from acode.domain.ids import uuid_text
+from acode.domain.ids import uuid_bytes, uuid_text
 from acode.domain.reducer import (
     DEFAULT_STEP_KIND,
     FIRST_ATTEMPT,
@@ -21,9 +21,12 @@ from acode.domain.reducer import (
     SessionSummary,
     fold,
 )
+from acode.runtime.journal import checkpoint_message
 from acode.runtime.workspace import StatePaths
+from acode.security.signing import Signer
 from acode.store.connection import connect
 from acode.store.migrations import _apply, available_migrations, schema_version
+from acode.store.records import CheckpointRow
 
 __all__ = ["OldEvent", "older_database"]
 
@@ -49,6 +52,31 @@ class OlderDatabase:
     events: list[OldEvent]
     steps: list[tuple[Any, ...]]  # sid, position, step_id, task_id, kind, status, attempt,
     # input_hash, event_seq
+
+    def write_events(self, signer: Signer) -> None:
+        """The event rows as schemas 5 and 6 wrote them: 16-byte event ids, the plain
+        chain, each checkpoint's summary in its row with a 16-byte tag under ``signer``."""
+        for e in self.events:
+            checkpoint, tag = None, None
+            if e.checkpointed:
+                checkpoint = e.summary.encode()
+                unsigned = CheckpointRow(e.seq, e.seq, checkpoint, e.head, "", e.ts)
+                tag = signer.tag(checkpoint_message(e.session_id, e.title, unsigned))
+            self.conn.execute(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    e.sid * 2**32 + e.seq,
+                    e.sid,
+                    e.seq,
+                    uuid_bytes(e.event_id),
+                    e.ts,
+                    e.type,
+                    e.payload,
+                    e.head,
+                    checkpoint,
+                    tag,
+                ),
+            )
 
 
 @contextmanager

@@ -23,16 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import acode
-from acode.domain.ids import uuid_bytes
 from acode.domain.reducer import STEP_EVENT_TYPES
 from acode.errors import CheckpointError, NonDeterminismError
-from acode.runtime.journal import SUMMARY_EVERY, checkpoint_message, verify_history
+from acode.runtime.journal import SUMMARY_EVERY, verify_history
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store import sqlite_store
 from acode.store.connection import Durability, connect
 from acode.store.migrations import schema_version
-from acode.store.records import CheckpointRow
 from acode.store.sqlite_store import SqliteStore, open_store
 from tests.store.older_schemas import older_database
 from tests.store.recorded import paused_session
@@ -82,27 +80,7 @@ def _as_schema_5(ws: Path) -> None:
     every checkpoint with its summary and a 16-byte tag."""
     signer = load_signer()
     with older_database(ws, 5, lambda session_id, payload: None) as old:
-        for e in old.events:
-            checkpoint, tag = None, None
-            if e.checkpointed:
-                checkpoint = e.summary.encode()
-                unsigned = CheckpointRow(e.seq, e.seq, checkpoint, e.head, "", e.ts)
-                tag = signer.tag(checkpoint_message(e.session_id, e.title, unsigned))
-            old.conn.execute(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    e.sid * 2**32 + e.seq,
-                    e.sid,
-                    e.seq,
-                    uuid_bytes(e.event_id),
-                    e.ts,
-                    e.type,
-                    e.payload,
-                    e.head,
-                    checkpoint,
-                    tag,
-                ),
-            )
+        old.write_events(signer)
 
 
 def test_a_database_of_schema_5_upgrades_with_every_step_id_in_its_ledger(

@@ -8,12 +8,14 @@ answer stops a client from waiting as long as the server likes::
         chat(settings, messages)        # ModelBusyError after 1 s, not 30 s later
         server.hung_up.wait(5)          # the client closed the connection
 
-``headers_too=True`` drips the status line and headers as well, not only the body.
+``headers_too=True`` drips the status line and headers as well, not only the body;
+``tls`` (a server-side SSL context) serves over HTTPS.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -29,9 +31,16 @@ _MODELS = [{"id": f"{MODEL}-{n}", "object": "model"} for n in range(20)] + [{"id
 
 
 class DripServer(Lifecycle):
-    def __init__(self, *, interval: float = 0.05, headers_too: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        interval: float = 0.05,
+        headers_too: bool = False,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.interval = interval
         self.headers_too = headers_too
+        self.tls = tls
         self.requests: list[str] = []  # "GET /v1/models", in the order they came
         self.hung_up = threading.Event()  # set when a client closes its connection early
         self.closing = threading.Event()
@@ -40,6 +49,8 @@ class DripServer(Lifecycle):
     def start(self) -> Self:
         server = _Server(("127.0.0.1", 0), _Handler)
         server.owner = self
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
         self._serving = Serving(server, "drip-model")
         return self
 
@@ -52,7 +63,8 @@ class DripServer(Lifecycle):
     @property
     def base_url(self) -> str:
         assert self._serving is not None
-        return f"http://127.0.0.1:{self._serving.port}/v1"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._serving.port}/v1"
 
 
 class _Server(ThreadingHTTPServer):

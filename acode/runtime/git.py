@@ -40,7 +40,6 @@ __all__ = [
     "SNAPSHOT_MESSAGE",
     "SNAPSHOT_REF_ROOT",
     "SnapshotEntry",
-    "WorktreeDiff",
     "clear_stale_index_lock",
     "commit_all",
     "commit_preview",
@@ -50,11 +49,9 @@ __all__ = [
     "keep_backup",
     "prune_snapshots",
     "read_blob",
-    "restore_worktree",
     "snapshot_files",
     "snapshot_ref",
     "snapshot_worktree",
-    "worktree_diff",
     "worktree_files",
     "write_back",
 ]
@@ -267,18 +264,6 @@ def _identity_env(workspace: Path) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class WorktreeDiff:
-    """How the work tree differs from a snapshot; paths are relative to the workspace."""
-
-    rewrite: tuple[str, ...]  # in the snapshot, and missing or different now
-    remove: tuple[str, ...]  # here now, not ignored, and not in the snapshot
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        return tuple(sorted({*self.rewrite, *self.remove}))
-
-
-@dataclass(frozen=True)
 class SnapshotEntry:
     """A file of a snapshot or of the work tree: its git mode and blob id ("" when the
     work tree's file was not hashed)."""
@@ -335,13 +320,6 @@ def snapshot_worktree(workspace: Path, ref: str) -> str:
     return sha
 
 
-def worktree_diff(workspace: Path, sha: str) -> WorktreeDiff:
-    """What :func:`restore_worktree` would change, without changing anything."""
-    snapshot = snapshot_files(workspace, sha)
-    with Beneath(workspace) as tree:
-        return _diff(tree, snapshot)
-
-
 def worktree_files(tree: Beneath, hashed: Container[str]) -> dict[str, SnapshotEntry]:
     """The files git sees in the workspace now (as a snapshot would hold them), with
     the blob ids of those in ``hashed``; the others are listed, not read."""
@@ -371,32 +349,6 @@ def write_back(
 def read_blob(workspace: Path, blob: str) -> bytes:
     """The content of one blob of a snapshot."""
     return _read_blobs(workspace, [blob])[blob]
-
-
-def restore_worktree(workspace: Path, sha: str, *, backup_ref: str | None = None) -> list[str]:
-    """Make the workspace's files equal to snapshot ``sha``; return the paths changed.
-
-    Files that differ from the snapshot or are missing are written back (content, the
-    executable bit, symlinks); files that are not in the snapshot and not ignored are
-    deleted, with the directories that this leaves empty. Ignored files stay as they are.
-    Only files that differ are written, so the rest keep their modification times. The
-    user's index is not touched; its cached stat data may be stale afterwards, which git
-    handles by rechecking the content.
-
-    With ``backup_ref``, the work tree as it is is first kept there as a snapshot, so that
-    nothing the restore overwrites or deletes is lost. When that ref exists already, a
-    restore interrupted before has made it, and the first backup is the one kept.
-
-    Every file is removed and written by its name in a directory held open, reached
-    from the workspace's descriptor without following a symlink (:class:`Beneath`).
-    """
-    snapshot = snapshot_files(workspace, sha)
-    with Beneath(workspace) as tree:
-        diff = _diff(tree, snapshot)
-        if diff.paths and backup_ref is not None:
-            keep_backup(workspace, backup_ref)
-        write_back(tree, snapshot, diff.rewrite, diff.remove)
-    return list(diff.paths)
 
 
 def keep_backup(workspace: Path, ref: str) -> None:
@@ -663,13 +615,6 @@ def snapshot_files(workspace: Path, sha: str) -> dict[str, SnapshotEntry]:
         if kind == "blob" and not _is_state(rel):
             entries[rel] = SnapshotEntry(mode, blob)
     return entries
-
-
-def _diff(tree: Beneath, snapshot: Mapping[str, SnapshotEntry]) -> WorktreeDiff:
-    now = worktree_files(tree, snapshot)
-    rewrite = (rel for rel, entry in snapshot.items() if now.get(rel) != entry)
-    remove = (rel for rel in now if rel not in snapshot)
-    return WorktreeDiff(tuple(sorted(rewrite)), tuple(sorted(remove)))
 
 
 def _read_blobs(workspace: Path, shas: Iterable[str]) -> dict[str, bytes]:

@@ -21,16 +21,16 @@ from acode.runtime.git import (
     SNAPSHOT_MESSAGE,
     drop_snapshot,
     prune_snapshots,
-    restore_worktree,
     snapshot_ref,
     snapshot_worktree,
-    worktree_diff,
 )
 from acode.runtime.process import CommandResult
+from acode.runtime.rollback import plan_rollback, roll_back
 from acode.runtime.steps import run_step
 
 SESSION = "0190abcd-0000-7000-8000-000000000001"
 REF = f"refs/acode/{SESSION}/step-1"
+BACKUP = f"{REF}-before-rollback"
 # What an image of the workspace holds per file: ("file", bytes, executable) or ("link", target).
 Image = dict[str, tuple[object, ...]]
 
@@ -113,6 +113,12 @@ def _user_state(repo: Path) -> dict[str, object]:
     }
 
 
+def _restore(repo: Path, sha: str, backup: str = BACKUP) -> list[str]:
+    """A rollback after a kill (no snapshot of the work tree as a pause left it): the
+    work tree made equal to snapshot ``sha``; the paths it changed."""
+    return list(roll_back(repo, sha, backup_ref=backup).paths)
+
+
 def test_round_trip_restores_every_kind_of_change(repo: Path) -> None:
     _write(repo, "untracked.txt", "mine\n")
     _write(repo, "debug.log", "ignored before\n")
@@ -141,12 +147,12 @@ def test_round_trip_restores_every_kind_of_change(repo: Path) -> None:
         "src/pkg/b.py",
         "untracked.txt",
     ]
-    diff = worktree_diff(repo, sha)
-    assert diff.remove == ("new/deep/c.txt",)
-    assert list(diff.paths) == expected_changes
-    assert _image(repo) != before, "worktree_diff changes nothing"
+    plan = plan_rollback(repo, sha)
+    assert plan.delete == ("new/deep/c.txt",)
+    assert list(plan.paths) == expected_changes
+    assert _image(repo) != before, "plan_rollback changes nothing"
 
-    assert restore_worktree(repo, sha) == expected_changes
+    assert _restore(repo, sha) == expected_changes
     after = _image(repo)
     # Ignored files are left exactly as the command left them.
     assert after.pop("debug.log") == ("file", b"ignored after\n", False)
@@ -155,8 +161,8 @@ def test_round_trip_restores_every_kind_of_change(repo: Path) -> None:
     expected = {k: v for k, v in before.items() if k not in ("debug.log", "build/out.o")}
     assert after == expected
     assert "new" not in _dirs(repo), "directories emptied by the restore are removed"
-    assert worktree_diff(repo, sha).paths == ()
-    assert restore_worktree(repo, sha) == []
+    assert plan_rollback(repo, sha).paths == ()
+    assert _restore(repo, sha) == []
 
 
 def test_backup_ref_keeps_what_a_restore_overwrites_and_the_first_backup_wins(
@@ -164,15 +170,15 @@ def test_backup_ref_keeps_what_a_restore_overwrites_and_the_first_backup_wins(
 ) -> None:
     sha = snapshot_worktree(repo, REF)
     backup = f"{REF}-before-rollback"
-    assert restore_worktree(repo, sha, backup_ref=backup) == []
+    assert _restore(repo, sha, backup) == []
     assert _git(repo, "for-each-ref", "--format=%(refname)", "refs/acode").split() == [REF]
     _write(repo, "a.txt", "first interruption\n")
     _write(repo, "notes.txt", "a person's notes\n")
-    restore_worktree(repo, sha, backup_ref=backup)
+    _restore(repo, sha, backup)
     kept = _git(repo, "rev-parse", backup).strip()
     assert _git(repo, "show", f"{backup}:notes.txt") == "a person's notes\n"
     _write(repo, "a.txt", "second interruption\n")
-    restore_worktree(repo, sha, backup_ref=backup)
+    _restore(repo, sha, backup)
     assert _git(repo, "rev-parse", backup).strip() == kept
     assert (repo / "a.txt").read_text() == "alpha\n"
 
@@ -181,7 +187,7 @@ def test_restore_writes_only_what_differs(repo: Path) -> None:
     sha = snapshot_worktree(repo, REF)
     untouched = (repo / "src" / "pkg" / "b.py").stat().st_mtime_ns
     _write(repo, "a.txt", "changed\n")
-    assert restore_worktree(repo, sha) == ["a.txt"]
+    assert _restore(repo, sha) == ["a.txt"]
     assert (repo / "src" / "pkg" / "b.py").stat().st_mtime_ns == untouched
 
 
@@ -212,10 +218,11 @@ def test_users_index_head_branches_and_stash_are_untouched(repo: Path) -> None:
 
     _write(repo, "a.txt", "the command's\n")
     _write(repo, "junk.txt", "junk\n")
-    restore_worktree(repo, sha)
+    _restore(repo, sha)
     assert (repo / "a.txt").read_text() == "staged then edited\n"
     assert _user_state(repo) == state
     drop_snapshot(repo, REF)
+    drop_snapshot(repo, BACKUP)  # a rollback keeps the work tree it found
     assert _git(repo, "for-each-ref", "refs/acode") == ""
     assert _user_state(repo) == state
 
@@ -232,7 +239,7 @@ def test_repository_without_commits(tmp_path: Path) -> None:
     _write(repo, "one.txt", "one\n")
     _write(repo, "three.txt", "3\n")
     (repo / "dir" / "two.bin").unlink()
-    assert restore_worktree(repo, sha) == ["dir/two.bin", "one.txt", "three.txt"]
+    assert _restore(repo, sha) == ["dir/two.bin", "one.txt", "three.txt"]
     assert _image(repo) == before
     unborn = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=repo, check=False)
     assert unborn.returncode != 0
@@ -245,7 +252,7 @@ def test_empty_work_tree(tmp_path: Path) -> None:
     _git(repo, "init", "-q")
     sha = snapshot_worktree(repo, REF)
     _write(repo, "made.txt", "x")
-    assert restore_worktree(repo, sha) == ["made.txt"]
+    assert _restore(repo, sha) == ["made.txt"]
     assert _image(repo) == {}
 
 
@@ -258,7 +265,7 @@ def test_bytes_are_kept_exactly_whatever_the_line_ending_settings(repo: Path) ->
     sha = snapshot_worktree(repo, REF)
     for rel in ("lf.txt", "mixed.txt", "a.txt"):
         _write(repo, rel, "overwritten\r\n")
-    restore_worktree(repo, sha)
+    _restore(repo, sha)
     assert _image(repo) == before
 
 
@@ -274,7 +281,7 @@ def test_odd_file_names(repo: Path) -> None:
     for name in names:
         (repo / name).unlink()
     os.unlink(raw)
-    assert len(restore_worktree(repo, sha)) == len(names) + 1
+    assert len(_restore(repo, sha)) == len(names) + 1
     assert _image(repo) == before
 
 
@@ -286,7 +293,7 @@ def test_workspace_in_a_subdirectory_snapshots_only_itself(repo: Path) -> None:
     _write(repo, "outside-new.txt", "outside, new\n")
     _write(ws, "pkg/b.py", "inside, changed\n")
     _write(ws, "inside-new.txt", "inside, new\n")
-    assert restore_worktree(ws, sha) == ["inside-new.txt", "pkg/b.py"]
+    assert _restore(ws, sha) == ["inside-new.txt", "pkg/b.py"]
     assert (ws / "pkg" / "b.py").read_text() == "print('b')\n"
     assert (repo / "a.txt").read_text() == "outside, changed\n"
     assert (repo / "outside-new.txt").exists()
@@ -305,7 +312,7 @@ def test_acode_state_is_never_snapshotted_or_restored(repo: Path) -> None:
     assert not [n for n in names if n.startswith(".agent/state")]
     _write(repo, ".agent/state/acode.db", "live v2")
     _write(repo, ".agent/state/sessions/x/progress.md", "progress")
-    assert restore_worktree(repo, sha) == []
+    assert _restore(repo, sha) == []
     assert (state / "acode.db").read_text() == "live v2"
     assert (state / "sessions" / "x" / "progress.md").exists()
 
@@ -319,7 +326,7 @@ def test_paths_that_changed_type(repo: Path) -> None:
     (repo / "src" / "pkg" / "b.py").unlink()
     (repo / "src" / "pkg").rmdir()
     _write(repo, "src/pkg", "src/pkg is a file now\n")
-    restore_worktree(repo, sha)
+    _restore(repo, sha)
     assert _image(repo) == before
 
 
@@ -331,7 +338,7 @@ def test_nested_repositories_are_left_alone(repo: Path) -> None:
     sha = snapshot_worktree(repo, REF)
     assert "vendor" not in _git(repo, "ls-tree", "--name-only", sha).split()
     _write(nested, "file.txt", "changed by the command\n")
-    assert restore_worktree(repo, sha) == []
+    assert _restore(repo, sha) == []
     assert (nested / "file.txt").read_text() == "changed by the command\n"
 
 
@@ -373,7 +380,7 @@ def test_a_collected_snapshot_is_a_clear_error(repo: Path) -> None:
     _git(repo, "reflog", "expire", "--expire=now", "--all")
     _git(repo, "gc", "-q", "--prune=now")
     with pytest.raises(StepFailedError, match="snapshot") as caught:
-        restore_worktree(repo, sha)
+        _restore(repo, sha)
     assert "--strategy retry" in (caught.value.hint or "")
 
 
@@ -394,7 +401,7 @@ def test_snapshot_cost_for_a_thousand_files(
         sha = snapshot_worktree(repo, snapshot_ref(SESSION, "bench", attempt))
         timings.append((time.perf_counter() - started) * 1000)
     started = time.perf_counter()
-    assert restore_worktree(repo, sha) == []
+    assert _restore(repo, sha) == []
     unchanged = (time.perf_counter() - started) * 1000
     with capsys.disabled():
         print(

@@ -30,6 +30,7 @@ from acode.domain.work import (
     WorkSession,
     breadcrumb_id,
     parse_breadcrumb,
+    parse_summary,
 )
 from acode.errors import (
     AcodeError,
@@ -52,7 +53,7 @@ from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
 from acode.work.ledger import append_to, held, recorded_results, verified
 from acode.work.prompts import rebuilt_prompt, resume_prompt, start_prompt
-from acode.work.tasks import add_task, find_task, list_tasks, set_task_status
+from acode.work.tasks import TASKS_DIR, add_task, find_task, list_tasks, set_task_status
 
 if TYPE_CHECKING:
     from acode.work.engine_output import EngineTurn
@@ -352,7 +353,8 @@ def _startable(ws: Workspace, task_id: str) -> Task:
     if task.status is TaskStatus.DONE:
         raise UsageError(
             f"{task.id} is done",
-            hint=f'reopen it by editing {task.id}.json, or add a new task: acode task add "..."',
+            hint=f'reopen it (set "status" to "todo" in {TASKS_DIR.as_posix()}/{task.id}.json), '
+            f'or add a new task: acode task add "..."',
         )
     return task
 
@@ -583,7 +585,7 @@ def close_work(ws: Workspace, id_or_prefix: str, summary: str | None) -> WorkSes
             hint="`acode work show` shows it",
             code=ErrorCode.WORK_CLOSED,
         )
-    text = (summary or "").strip() or _default_summary(wsession)
+    text = parse_summary(summary or "") or _default_summary(wsession)
     with append_to(ws, wsession.id) as session:
         record = {"summary": text, "at": _now()}
         session.step("close", lambda ctx: record, input=record, title="close")

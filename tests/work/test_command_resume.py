@@ -240,3 +240,42 @@ def test_listing_breadcrumbs_with_a_wrong_cookie_says_what_was_refused(work: Cli
         assert "rejected" not in refused.flat_err
         assert "nothing was written" not in refused.flat_err
     assert f"acode wsession breadcrumb list --cookie {cookie}" in missing.flat_err
+
+
+@pytest.mark.parametrize(
+    ("summary", "problem"),
+    [
+        ("Y is \x1b[31mred", "contains the control character U+001B"),
+        ("Y \u202eis safe", "bidirectional control"),
+        ("y" * 2001, "2001 characters, at most 2000"),
+    ],
+)
+def test_a_summary_a_person_would_misread_closes_nothing(
+    work: Cli, summary: str, problem: str
+) -> None:
+    """A summary becomes a breadcrumb of the parent: it is held to the breadcrumbs' rules."""
+    work("settings", "set", "ai_stacking_mode", "handsoff")
+    parent = work("work", "task", "task-001", "--json").json()["cookie"]
+    child = work(
+        "work", "spawn", "--from-task", "task-001", "--title", "Look at Y", "--json"
+    ).json()["cookie"]
+
+    for command in (["work", "close", child], ["task", "done", "task-002"]):
+        refused = work(*command, "--summary", summary, expect=2)
+        assert refused.flat_err.startswith("error ACODE-USAGE-001: --summary: ")
+        assert problem in refused.flat_err
+        assert "nothing was written" in refused.flat_err
+    assert work("work", "show", child, "--json").json()["status"] == "active"
+    assert work("work", "show", parent, "--json").json()["breadcrumbs"] == []
+    assert work("task", "show", "task-002", "--json").json()["status"] == "in_progress"
+
+
+def test_a_done_task_names_the_file_that_reopens_it(work: Cli) -> None:
+    work("task", "done", "task-001")
+
+    refused = work("work", "task", "task-001", expect=2)
+
+    assert 'set "status" to "todo" in docs/acode/tasks/task-001.json' in refused.flat_err
+    path = work.workspace / "docs/acode/tasks/task-001.json"
+    path.write_text(path.read_text().replace('"done"', '"todo"'))
+    assert work("work", "task", "task-001", "--json").json()["turns"][0]["ok"]

@@ -337,13 +337,16 @@ def work_task(
 
 
 def _engine(ws: Workspace, engine: str | None, command: str) -> str:
+    import shlex
+
     from acode.domain.config import ENGINE_NAMES
     from acode.errors import UsageError
 
-    chosen = engine or ws.config.work_engine
+    chosen = ws.config.work_engine if engine is None else engine
     if chosen not in ENGINE_NAMES:
         raise UsageError(
-            f"--engine {chosen}: unknown engine; the engines are {', '.join(ENGINE_NAMES)}",
+            f"--engine {shlex.quote(chosen)}: unknown engine; "
+            f"the engines are {', '.join(ENGINE_NAMES)}",
             hint=f"choose one of them; what each needs: acode work {command} --help",
         )
     return chosen
@@ -386,7 +389,8 @@ def work_spawn(
     from acode.work.sessions import spawn_work
 
     ws = _ws(workspace)
-    started = spawn_work(ws, from_task, title, engine and _engine(ws, engine, "spawn"), _runner(ws))
+    chosen = None if engine is None else _engine(ws, engine, "spawn")
+    started = spawn_work(ws, from_task, title, chosen, _runner(ws))
     if not as_json:
         _say(
             [f"[WORK] Spawning subtask from {from_task}", f"[WORK] Created task: {started.task.id}"]

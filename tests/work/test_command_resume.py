@@ -279,3 +279,18 @@ def test_a_done_task_names_the_file_that_reopens_it(work: Cli) -> None:
     path = work.workspace / "docs/acode/tasks/task-001.json"
     path.write_text(path.read_text().replace('"done"', '"todo"'))
     assert work("work", "task", "task-001", "--json").json()["turns"][0]["ok"]
+
+
+def test_an_empty_engine_name_is_refused_not_taken_for_the_default(work: Cli) -> None:
+    """`--engine "$ENGINE"` with the variable unset: no silent choice of another engine."""
+    work("settings", "set", "ai_stacking_mode", "handsoff")
+    task = work("work", "task", "task-001", "--engine", "", expect=2)
+    work("work", "task", "task-001")  # the parent a spawn needs
+    spawn = work(
+        "work", "spawn", "--from-task", "task-001", "--title", "Look at Y", "--engine", "",
+        expect=2,
+    )  # fmt: skip
+
+    for refused in (task, spawn):
+        assert refused.flat_err.startswith("error ACODE-USAGE-001: --engine '': unknown engine")
+    assert [t["id"] for t in work("task", "list", "--json").json()] == ["task-001"]

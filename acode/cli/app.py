@@ -162,6 +162,7 @@ def _run_plan(plan_file: Path, ws: Path, as_json: bool) -> int:
             plan.title,
             ws,
             plan=plan,
+            plan_file=plan_file,
             observer=observer,
             approver=terminal_approver(observer, ws),
             interrupts=interrupts,

@@ -14,6 +14,7 @@ from acode.cli.views import (
     session_json,
 )
 from acode.errors import NothingToResumeError, SessionNotFoundError, UsageError
+from acode.resume.listing import session_position
 from acode.runtime.catalog import is_resumable_row
 from acode.runtime.inspection import read_store, session_detail, session_events
 from acode.runtime.maintenance import discard_session, unlock_session
@@ -40,8 +41,16 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
             )
         detail = session_detail(store, workspace, session_id)
         sync = sync_status(store, detail.row, remote)
+        s = detail.summary
+        position = session_position(store, detail.row, s.current_step, s.current_task)
     print_status(
-        detail.row, detail.summary, detail.lock_holder, as_json, sync=sync, usage=detail.usage
+        detail.row,
+        detail.summary,
+        detail.lock_holder,
+        as_json,
+        sync=sync,
+        usage=detail.usage,
+        position=position,
     )
 
 

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType
 from acode.domain.kinds import StepKind
+from acode.domain.position import Position, position_in
 from acode.domain.reducer import SessionSummary, StepStatus
 from acode.domain.states import SessionState, is_terminal
+from acode.domain.timing import WorkTime
 from acode.errors import (
     AcodeError,
     CheckpointError,
@@ -90,6 +92,21 @@ class ResumePreview(NamedTuple):
     environment: EnvironmentReport | None = None
     sync: SyncStatus | None = None  # None: no remote configured
     agent: AgentRecord | None = None  # an agent session's task and flags
+    # The newest completed step (None: none yet), where it is in the plan.
+    last_completed: Position | None = None
+    # How long the completed steps took, and an estimate of the rest.
+    work_time: WorkTime | None = None
+
+    @property
+    def resume_at(self) -> Position | None:
+        """The step the resume starts from (None: the session is at its start, or it
+        has no plan to tell the next step by)."""
+        c, plan = self.continuation, self.plan
+        if plan is None or c is None or c.resume_task_number is None:
+            return None
+        assert c.resume_step_number is not None
+        step = plan.tasks[c.resume_task_number - 1].steps[c.resume_step_number - 1]
+        return position_in(plan, step.id)
 
     def log_record(self) -> dict[str, object]:
         """The `session_resume` record of the specification."""
@@ -155,7 +172,7 @@ def _refuse(journal: Journal) -> None:
     if is_terminal(summary.state):
         raise TerminalStateError(
             f"cannot resume session {row.short_id}: it is {summary.state.value}",
-            hint=f'terminal sessions never run again; start a new one: acode run "{row.title}"',
+            hint=f"terminal sessions never run again; {_start_again(journal)}",
         )
     if row.kind in LEDGER_KINDS:
         raise UsageError(
@@ -168,6 +185,53 @@ def _refuse(journal: Journal) -> None:
             f"session {row.short_id} was discarded",
             hint=f"its history stays readable: acode session history {row.short_id}",
         )
+
+
+def _start_again(journal: Journal) -> str:
+    """How to start the work of a finished session anew, as a command that works when
+    pasted here: a plan session's plan file, an agent session's task, quoted for the
+    shell, with the workspace named when the current directory is outside it."""
+    import shlex
+
+    created = journal.history.event(1).payload
+    kind = _kind(journal)
+    where = _workspace_option(journal.row.workspace)
+    if kind == "agent":
+        task = created.get("task", journal.row.title)
+        return f"start a new one: acode run {shlex.quote(str(task))}{where}"
+    if kind == "plan":
+        plan_file = created.get("plan_file")
+        if isinstance(plan_file, str) and Path(plan_file).is_file():
+            shown = shlex.quote(_shown(plan_file))
+            return f"start a new one from its plan file: acode run {shown}{where}"
+        return (
+            f"start a new one from the plan file of {journal.row.title!r}: "
+            f"acode run PLAN.yaml{where}"
+        )
+    if kind in LEDGER_KINDS:
+        return "new work starts with the commands of `acode work --help`"
+    return "start a new one: run the program that started it again (acode.open_session)"
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the current directory when it is below it."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except (ValueError, OSError):  # elsewhere, or the current directory is gone
+        return path
+
+
+def _workspace_option(workspace: str) -> str:
+    """`` --workspace DIR`` when a command run here would not find ``workspace``."""
+    import shlex
+
+    try:
+        here = Path.cwd()
+    except OSError:
+        here = None
+    if here is not None and here.is_relative_to(workspace):
+        return ""
+    return f" --workspace {shlex.quote(workspace)}"
 
 
 def _cut_short(journal: Journal, paths: StatePaths, later: int | None = None) -> None:
@@ -214,6 +278,9 @@ def _preview(journal: Journal, config: AcodeConfig) -> ResumePreview:
         from acode.domain.continuation import plan_continuation
 
         continuation = plan_continuation(plan, _plan_statuses(journal, plan, summary))
+    completed, took_us = journal.store.step_times(row)
+    total = summary.total_steps
+    remaining = None if total is None else total - summary.steps_completed
     return ResumePreview(
         row,
         summary,
@@ -222,7 +289,23 @@ def _preview(journal: Journal, config: AcodeConfig) -> ResumePreview:
         continuation,
         sync=sync_status(journal.store, row, config.sync.remote),
         agent=recorded_agent(history, row),
+        last_completed=_last_completed(journal.store, row, plan),
+        work_time=WorkTime(completed, took_us, remaining),
     )
+
+
+def _last_completed(store: SqliteStore, row: SessionRow, plan: Plan | None) -> Position | None:
+    """The completed step of the highest position, read backwards from the end of the
+    history: a few events, at any length."""
+    count = 4
+    while True:
+        newest = store.newest_steps(row, count)
+        done = [s for s in newest if s.status is StepStatus.COMPLETED]
+        if done:
+            return position_in(plan, done[-1].step_id, done[-1].task_id)
+        if len(newest) < count:
+            return None
+        count *= 8
 
 
 def _plan_statuses(journal: Journal, plan: Plan, summary: SessionSummary) -> dict[str, StepStatus]:
@@ -400,7 +483,9 @@ def _judge(
     action: ChangedFilesAction,
     ask: Callable[[ResumePreview], bool] | None,
 ) -> None:
-    """Refuse, with everything found, unless it is safe or the person said go on."""
+    """Refuse, with everything found, unless it is safe or the person said go on:
+    ``force`` goes on past a changed configuration and changed files (unless ``action``
+    is an explicit "abort"), never past a missing workspace or model."""
     env = preview.environment
     if env is None:
         return
@@ -408,14 +493,15 @@ def _judge(
     if env.problems():
         raise EnvironmentValidationError(
             f"cannot resume session {short}: " + "; ".join(env.problems()),
-            hint="fix what is listed, then run `acode resume` again; nothing was changed",
+            hint=f"fix what is listed, then run `acode resume {short}` again (--force does "
+            "not go past this); nothing was changed",
         )
     if env.config and not force:
         changes = ", ".join(f"{c.key}: {c.recorded!r} -> {c.current!r}" for c in env.config)
         raise EnvironmentValidationError(
             f"the configuration changed since session {short} started: {changes}",
-            hint="restore .agent/config.yml, or resume with --force to continue with the "
-            "new configuration",
+            hint="restore .agent/config.yml, or continue with the new configuration: "
+            f"acode resume {short} --force",
         )
     if not env.changed or action == "continue":
         return
@@ -424,8 +510,8 @@ def _judge(
     listing = "; ".join(f"{c.path} ({c.change.value})" for c in env.changed)
     raise EnvironmentValidationError(
         f"files of session {short} changed since it stopped: {listing}",
-        hint="review them (`acode resume --dry-run`), then resume with --continue-on-changes, "
-        "or restore them; nothing was changed",
+        hint=f"review them (`acode resume {short} --dry-run`), restore them, or keep them "
+        f"and go on: acode resume {short} --continue-on-changes",
     )
 
 
@@ -540,10 +626,13 @@ def _resume(
             preview = _environment(
                 journal, ws, preview, config, strategy=strategy, fresh_after_ns=fresh_after
             )
+        # --force is "resume despite the environment report": past changed files too,
+        # unless the caller said abort in so many words.
+        action = changed_files_action or ("continue" if force else None)
         _judge(
             preview,
             force=force,
-            action=changed_files_action or config.resume.changed_files_action,
+            action=action or config.resume.changed_files_action,
             ask=ask_about_changes,
         )
         if on_preview is not None:

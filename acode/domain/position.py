@@ -5,8 +5,10 @@ records, and all a session without a plan (an agent's, a library's) has."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from acode.domain.plan import Plan
+if TYPE_CHECKING:  # a library session, which has no plan, never loads the plan module
+    from acode.domain.plan import Plan
 
 __all__ = ["Position", "position_in"]
 

@@ -82,7 +82,16 @@ __all__ = [
 
 
 class ResumePreview(NamedTuple):
-    """What a resume would do, found before it does anything (``--dry-run``)."""
+    """What a resume would do, found before it does anything: what `acode resume
+    --dry-run` shows, as values.
+
+    ``row`` and ``summary`` are the session and its state at its newest checkpoint
+    (``summary.steps_completed``, ``summary.total_steps``: None for an agent's), ``plan``
+    and ``continuation`` what a plan session skips, what was in progress and what
+    remains, ``environment`` the report of the checks (``environment.valid``),
+    ``resume_at`` and ``last_completed`` where it goes on and the last step done,
+    ``work_time`` how long the completed steps took and the estimate of the rest.
+    """
 
     row: SessionRow
     summary: SessionSummary
@@ -449,7 +458,16 @@ def preview_resume(
     clock: Clock | None = None,
     verify: bool = False,
 ) -> ResumePreview:
-    """What `resume` would do, with the environment report; no lock, no writes."""
+    """What `acode resume` would do with the session ``id_or_prefix`` of ``workspace``
+    (default: the most recently updated resumable one), with the environment report:
+    what `acode resume --dry-run` shows, as a ResumePreview. Takes no lock and writes
+    nothing, so it works while another process runs the session.
+
+    It runs the checks a resume runs before its first write, and raises what the resume
+    would: NothingToResumeError (no such session, or none resumable; discarded),
+    TerminalStateError (COMPLETED, FAILED, CANCELLED), CheckpointError (a history that
+    fails its checks). A changed environment does not raise: ``environment`` says what
+    changed. ``verify`` replays the whole history first (`--verify`)."""
     began = time.time_ns()
     ws = _existing(workspace, None)
     store = open_store(ws.paths.db, ws.config.durability)

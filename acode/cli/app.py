@@ -208,7 +208,9 @@ def resume(
     force: Annotated[
         bool,
         typer.Option(
-            "--force", help="Resume even though the configuration changed; use the new one."
+            "--force",
+            help="Resume despite the environment report: a changed configuration (the new "
+            "one is used) and changed files (kept). Not past a missing workspace or model.",
         ),
     ] = False,
     continue_on_changes: Annotated[

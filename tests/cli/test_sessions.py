@@ -243,7 +243,7 @@ def test_a_running_session_is_locked_until_forced(acode: Cli) -> None:
     kept = acode("session", "unlock", short, expect=16)
     assert f"session {short} is locked by {held_by}" in kept.flat_err
     assert "which is still running" in kept.flat_err
-    assert "--force" in kept.flat_err
+    assert kept.flat_err.endswith(f": acode session unlock {short} --force")  # pasted below
 
     forced = acode("session", "unlock", short, "--force")
 

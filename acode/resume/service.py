@@ -278,7 +278,10 @@ def _kind(journal: Journal) -> str:
     return journal.row.kind if journal.row.kind in ("library", *LEDGER_KINDS) else "library"
 
 
-def _preview(journal: Journal, config: AcodeConfig) -> ResumePreview:
+def _preview(journal: Journal, config: AcodeConfig, *, shown: bool = True) -> ResumePreview:
+    """``shown``: with what only a person reads (the last step done, the work's time),
+    which a program resuming its own session does without: the time is read from every
+    event, and recovery must cost the same at any length."""
     row, history, summary = journal.row, journal.history, journal.summary
     assert summary is not None
     plan = recorded_plan(history, row, summary)
@@ -287,9 +290,13 @@ def _preview(journal: Journal, config: AcodeConfig) -> ResumePreview:
         from acode.domain.continuation import plan_continuation
 
         continuation = plan_continuation(plan, _plan_statuses(journal, plan, summary))
-    completed, took_us = journal.store.step_times(row)
-    total = summary.total_steps
-    remaining = None if total is None else total - summary.steps_completed
+    last_completed = work_time = None
+    if shown:
+        last_completed = _last_completed(journal.store, row, plan, continuation)
+        completed, took_us = journal.store.step_times(row)
+        total = summary.total_steps
+        remaining = None if total is None else total - summary.steps_completed
+        work_time = WorkTime(completed, took_us, remaining)
     return ResumePreview(
         row,
         summary,
@@ -298,17 +305,26 @@ def _preview(journal: Journal, config: AcodeConfig) -> ResumePreview:
         continuation,
         sync=sync_status(journal.store, row, config.sync.remote),
         agent=recorded_agent(history, row),
-        last_completed=_last_completed(journal.store, row, plan),
-        work_time=WorkTime(completed, took_us, remaining),
+        last_completed=last_completed,
+        work_time=work_time,
     )
 
 
-def _last_completed(store: SqliteStore, row: SessionRow, plan: Plan | None) -> Position | None:
-    """The completed step of the highest position, read backwards from the end of the
-    history: a few events, at any length."""
+def _last_completed(
+    store: SqliteStore, row: SessionRow, plan: Plan | None, c: ContinuationPlan | None
+) -> Position | None:
+    """The completed step of the highest position: a plan's from its continuation (the
+    signed history's), any other's read backwards from the end of the history, a few
+    events at any length. Only shown: an event that does not decode is not this
+    function's to report (the replay that reads it refuses it), and gives None."""
+    if plan is not None and c is not None:
+        return position_in(plan, c.skipped_steps[-1]) if c.skipped_steps else None
     count = 4
     while True:
-        newest = store.newest_steps(row, count)
+        try:
+            newest = store.newest_steps(row, count)
+        except (ValueError, TypeError, KeyError):
+            return None
         done = [s for s in newest if s.status is StepStatus.COMPLETED]
         if done:
             return position_in(plan, done[-1].step_id, done[-1].task_id)
@@ -502,8 +518,8 @@ def _judge(
     ask: Callable[[ResumePreview], bool] | None,
 ) -> None:
     """Refuse, with everything found, unless it is safe or the person said go on:
-    ``force`` goes on past a changed configuration and changed files (unless ``action``
-    is an explicit "abort"), never past a missing workspace or model."""
+    ``force`` goes on past a changed configuration (past changed files, ``action``
+    decides), never past a missing workspace or model."""
     env = preview.environment
     if env is None:
         return
@@ -554,7 +570,10 @@ def resume_session(
 
     ``config`` is the configuration as it is now (default: the workspace's
     `.agent/config.yml`); it must equal the one the session started with unless
-    ``force``, and the session runs on with the recorded one."""
+    ``force``, and the session runs on with the recorded one. ``force`` resumes despite
+    the environment report: with the configuration as it is now, and with changed files
+    as they are unless ``changed_files_action`` is "abort"; never without the workspace
+    or the model."""
     clock = clock or SystemClock()
     ws: Workspace = _existing(workspace, config)
     try:
@@ -636,7 +655,7 @@ def _resume(
         recorded = recorded_config(row, journal.history)
         if verify:
             verify_history(store, row, signer)
-        preview = _preview(journal, ws.config)
+        preview = _preview(journal, ws.config, shown=on_preview is not None)
         # With --force the person chose the configuration as it is now.
         config = current_config(journal.history, row, ws.config) if force else recorded
         strategy = strategy or config.resume.in_progress_strategy

@@ -122,15 +122,17 @@ def _nobody(request: ApprovalRequest) -> bool | None:
 def _pick(workspace: Path, mode: Mode, as_json: bool) -> str | None:
     with read_store(workspace) as store:
         found = candidates(store, time.time_ns() // 1000) if store is not None else []
-        places = {c.row.id: _place(store, c) for c in found} if store is not None else {}
-    if not found:
-        raise NothingToResumeError(
-            "no resumable session in this workspace",
-            hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
-            "`acode session list` shows all",
-        )
-    if mode is Mode.AUTOPILOT or as_json:
-        return found[0].row.id
+        if not found:
+            raise NothingToResumeError(
+                "no resumable session in this workspace",
+                hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
+                "`acode session list` shows all",
+            )
+        if mode is Mode.AUTOPILOT or as_json:
+            return found[0].row.id
+        assert store is not None
+        # Only for the list a person reads: where each stands takes its plan.
+        places = {c.row.id: _place(store, c) for c in found}
     return _choose(found, places)
 
 

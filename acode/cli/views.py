@@ -137,8 +137,8 @@ def print_status(
         lines.append(f"At:      {where}{summary.current_step}")
     if summary.pending_approval:
         lines.append(
-            f"Waiting: approval of {summary.pending_approval} "
-            f"(acode approve {row.short_id} [--deny])"
+            f"Waiting: approval of {summary.pending_approval}: acode approve {row.short_id} "
+            "(add --deny to refuse)"
         )
     if usage is not None and usage.calls:
         lines.append(f"Model:   {usage_line(usage)}")

@@ -147,7 +147,8 @@ def test_status_shows_the_most_recent_session_by_default(two: Two) -> None:
 
     assert lines[0] == f"Session: {two.waiting['short_id']}  ({two.waiting['id']})"
     assert "State:   AWAITING_APPROVAL (step ok awaits approval)" in lines
-    assert f"Waiting: approval of ok (acode approve {two.waiting['short_id']} [--deny])" in lines
+    waiting = two.waiting["short_id"]
+    assert f"Waiting: approval of ok: acode approve {waiting} (add --deny to refuse)" in lines
     assert "Lock:    free" in lines
 
 

@@ -221,3 +221,19 @@ def test_with_no_step_completed_the_estimate_is_unknown(acode: Cli) -> None:
     assert (
         "  Time: 0 completed steps took 0.0s; the 2 remaining: unknown (no step completed yet)\n"
     ) in preview
+
+
+@pytest.mark.parametrize(
+    ("us", "text"),
+    [
+        (0, "0.0s"),
+        (430_000, "0.4s"),
+        (42_400_000, "42s"),
+        (5_400_000_000, "90 min"),  # the manual's "(90 min)"
+        (11_100_000_000, "3 h 05 min"),
+    ],
+)
+def test_a_duration_reads_as_precisely_as_a_person_needs(us: int, text: str) -> None:
+    from acode.cli.views import duration_text
+
+    assert duration_text(us) == text

@@ -427,7 +427,8 @@ class ProgressFile:
         )
         target = self.path(journal.session_id)
         try:
-            atomic_write(target, text.encode("utf-8"))
+            # The file is redacted, but it is a session's story: its owner's alone.
+            atomic_write(target, text.encode("utf-8"), private=True)
         except OSError:
             # The file is a view of the database, which already holds everything it says:
             # a full disk or a read-only directory must not fail or pause the session.

@@ -122,3 +122,16 @@ def test_bad_labels_and_ids_are_refused_before_anything_is_written(acode: Cli) -
     assert missing.code == 2
     assert "Missing option '--label'" in missing.err
     assert acode("session", "history", sid[:8], "--json").json() == before
+
+
+def test_brackets_in_a_label_or_a_title_are_shown_as_written(acode: Cli) -> None:
+    acode.write("plan.yml", plan_yaml('"[bold red]Danger[/] plan"', "{id: look, read: plan.yml}"))
+    sid = acode("run", "plan.yml", "--json").json_lines()[0]["id"]
+
+    acode("session", "checkpoint", sid[:8], "--label", "[red]x[/] [link=http://e.x]y[/link]")
+    history = acode("session", "history", sid[:8]).out
+    listed = acode("session", "list").out
+
+    assert "'[red]x[/] [link=http://e.x]y[/link]' by " in history
+    assert "[bold red]Danger[/] plan" in history
+    assert "[bold red]Danger[/] plan" in listed

@@ -419,6 +419,22 @@ def session_discard(
     inspect.session_discard(workspace_dir(workspace), session_id, as_json)
 
 
+@session_app.command("checkpoint")
+def session_checkpoint(
+    session_id: SessionArgument,
+    label: Annotated[
+        str, typer.Option("--label", "-l", help='The name of the point, e.g. "tests green".')
+    ],
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Mark the point a stopped session has reached with a label, as a signed checkpoint
+    (acode checkpoints every step already: this names one)."""
+    from acode.cli import inspect
+
+    inspect.session_checkpoint(workspace_dir(workspace), session_id, label, as_json)
+
+
 @app.command()
 def approve(
     session_id: SessionArgument,

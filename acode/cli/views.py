@@ -197,6 +197,8 @@ def _event_detail(event: Event) -> str:
             return f"{'approved' if p.get('approved') else 'denied'} by {p.get('by')}"
         case "step_failed":
             return redact(str(p.get("error", "")))[:80]  # masked, then cut
+        case "checkpoint_marked":
+            return f"{p.get('label')!r} by {p.get('by')}"
         case _:
             return ""
 

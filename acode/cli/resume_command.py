@@ -1,5 +1,5 @@
 """`acode resume`: choose the session, show what will happen, ask what the mode allows,
-then run the rest of the plan."""
+then run the rest of the plan (or start it over)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,39 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from acode.cli.console import err_console, keyboard, out_console
+from acode.cli.resume_menu import (
+    ask_next,
+    ask_restart,
+    plan_lines,
+    print_lines,
+    risk_lines,
+    trouble_hint,
+    trouble_menu,
+)
 from acode.cli.views import environment_lines, print_preview
-from acode.errors import NothingToResumeError, UsageError
-from acode.resume.modes import Candidate, Mode, candidates, default_mode
+from acode.errors import (
+    AcodeError,
+    CheckpointError,
+    EnvironmentValidationError,
+    NothingToResumeError,
+    TooOldForAutopilotError,
+    UsageError,
+)
+from acode.resume.modes import (
+    AutopilotVerdict,
+    Candidate,
+    Mode,
+    ago,
+    candidates,
+    default_mode,
+    judge_for_autopilot,
+    log_autopilot,
+)
 from acode.resume.service import ChangedFilesAction, ResumePreview, preview_resume
+from acode.runtime.catalog import find_session
 from acode.runtime.inspection import read_store
 
 if TYPE_CHECKING:
-    from acode.runtime.observer import ApprovalRequest
     from acode.runtime.steps.base import InProgressStrategy
 
 __all__ = ["ResumeRequest", "run_resume"]
@@ -34,31 +59,157 @@ class ResumeRequest:
     verify: bool
     mode: Mode | None
     as_json: bool
+    any_age: bool = False
 
 
 def run_resume(req: ResumeRequest) -> int:
     on_terminal = sys.stdin.isatty()
-    mode = req.mode or default_mode(on_terminal)
-    if mode is Mode.PREFLIGHT and not on_terminal:
+    if req.mode is Mode.PREFLIGHT and not on_terminal:
         raise UsageError(
             "--mode preflight needs a terminal: it goes on only when you type 'proceed'",
             hint="use --mode autopilot in scripts, or --dry-run to see the report",
         )
-    session_id = req.session_id or _pick(req.workspace, mode, req.as_json)
+    session_id = req.session_id or _pick(
+        req.workspace, req.mode or default_mode(on_terminal), req.as_json
+    )
     if session_id is None:
         out_console().print("Nothing resumed.")
         return 0
+    can_ask = on_terminal and not req.as_json
+    try:
+        return _resume_chosen(req, session_id, on_terminal=on_terminal, can_ask=can_ask)
+    except CheckpointError as untrusted:
+        error = trouble_hint(untrusted, _short(req.workspace, session_id))
+        if can_ask and error is not untrusted:
+            return trouble_menu(req.workspace, session_id, _short(req.workspace, session_id), error)
+        raise error from untrusted
+
+
+def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, can_ask: bool) -> int:
     if req.dry_run:
         preview = preview_resume(session_id, req.workspace, verify=req.verify)
         print_preview(preview, dry_run=True, as_json=req.as_json)
         return 0
-    action = req.changed_files_action
+    preview = preview_resume(session_id, req.workspace, verify=req.verify)
+    recorded = Mode(preview.start_mode) if preview.start_mode in set(Mode) else None
+    mode = req.mode or recorded or default_mode(on_terminal)
+    if mode is Mode.AUTOPILOT:
+        verdict = judge_for_autopilot(
+            preview,
+            any_age=req.any_age,
+            continue_on_changes=req.changed_files_action == "continue",
+            force=req.force,
+        )
+        if verdict.safe:
+            log_autopilot(req.workspace, preview, verdict, "resume")
+            return _resume(req, session_id, mode, req.changed_files_action)
+        if not can_ask:
+            log_autopilot(req.workspace, preview, verdict, "stopped")
+            raise _autopilot_stop(preview, verdict)
+        log_autopilot(req.workspace, preview, verdict, "interactive")
+        out_console().print(
+            f"Autopilot does not resume session {preview.row.short_id} on its own: "
+            + "; ".join(verdict.problems)
+            + ". Switching to interactive mode.",
+            markup=False,
+        )
+        mode = Mode.INTERACTIVE
     if mode is Mode.PREFLIGHT:
-        if not _preflight(preview_resume(session_id, req.workspace, verify=req.verify)):
+        if not on_terminal:
+            raise UsageError(
+                f"session {preview.row.short_id} was started in preflight mode (acode run "
+                "--mode preflight), which needs a terminal: it goes on only when you type "
+                "'proceed'",
+                hint=f"resume it on a terminal, or here with: acode resume {preview.row.short_id} "
+                "--mode autopilot",
+            )
+        if not req.verify:  # preflight checks the whole history, as --verify does
+            preview = preview_resume(session_id, req.workspace, verify=True)
+        if not _preflight(preview):
             out_console().print("Not resumed; nothing was changed.")
             return 0
-        action = "continue"  # the person has seen every change and said proceed
-    return _resume(req, session_id, mode, action)
+        # The person has seen every change and said proceed.
+        return _resume(req, session_id, mode, "continue")
+    if mode is Mode.INTERACTIVE and can_ask:
+        return _interactive(req, session_id, preview)
+    return _resume(req, session_id, mode, req.changed_files_action)
+
+
+def _short(workspace: Path, session_id: str) -> str:
+    with read_store(workspace) as store:
+        if store is None:
+            return session_id
+        try:
+            return find_session(store, session_id).short_id
+        except AcodeError:
+            return session_id
+
+
+def _autopilot_stop(preview: ResumePreview, verdict: AutopilotVerdict) -> AcodeError:
+    """Autopilot without a terminal, where a person must decide: the reason, and the
+    command that resumes anyway."""
+    short = preview.row.short_id
+    why = "; ".join(verdict.problems)
+    flags = [
+        *(["--continue-on-changes"] if any("changed file" in c for c in verdict.conflicts) else []),
+        *(["--force"] if any(c.startswith("configuration") for c in verdict.conflicts) else []),
+        *(["--any-age"] if verdict.too_old else []),
+    ]
+    hint = (
+        f"look first: acode resume --dry-run {short}; then resume it on a terminal "
+        f"(acode resume {short}) or here with: acode resume {short} --mode autopilot "
+        + " ".join(flags)
+        + "; nothing was changed"
+    )
+    message = f"autopilot does not resume session {short} on its own: {why}"
+    if verdict.conflicts:
+        return EnvironmentValidationError(message, hint=hint)
+    return TooOldForAutopilotError(message, hint=hint)
+
+
+def _interactive(req: ResumeRequest, session_id: str, preview: ResumePreview) -> int:
+    """The plan, then resume, start over, view details or abort."""
+    print_lines(plan_lines(preview))
+    while True:
+        answer = ask_next()
+        if answer == "r":
+            return _resume(req, session_id, Mode.INTERACTIVE, req.changed_files_action)
+        if answer == "v":
+            print_preview(preview, dry_run=True, as_json=False)
+        elif answer == "s" and ask_restart(preview):
+            return _restart(req, preview)
+        elif answer == "a":
+            out_console().print("Nothing resumed.")
+            return 0
+
+
+def _restart(req: ResumeRequest, preview: ResumePreview) -> int:
+    """Start over: the session discarded (its history stays), a new one from the same
+    recorded plan or task. Files are left as they are: the new session runs every step
+    on them again."""
+    from acode.cli import inspect
+    from acode.resume.modes import StartMode
+
+    recorded = preview.start_mode
+    mode = StartMode(Mode(recorded), True) if recorded else StartMode(Mode.INTERACTIVE, False)
+    if preview.plan is None and preview.agent is None:
+        raise UsageError(
+            f"session {preview.row.short_id} was started by a program through the library",
+            hint="run that program again to start over",
+        )
+    inspect.session_discard(req.workspace, preview.row.id, False)
+    if preview.plan is not None:
+        from acode.cli.driver import start_plan
+
+        return start_plan(preview.plan, req.workspace, as_json=req.as_json, mode=mode)
+    from acode.cli.agent_command import AgentRequest, run_agent_command
+    from acode.runtime.lifecycle import open_workspace
+
+    assert preview.agent is not None
+    request = AgentRequest(
+        req.workspace, preview.agent.task, preview.agent.overrides, req.as_json, mode
+    )
+    return run_agent_command(request, open_workspace(req.workspace).config)
 
 
 def _resume(
@@ -66,7 +217,7 @@ def _resume(
 ) -> int:
     # What runs the rest of the session loads only here: --dry-run and the prompts before
     # it never run a step.
-    from acode.cli.driver import drive, drive_plan, terminal_approver
+    from acode.cli.driver import drive, drive_plan, never_asks, terminal_approver
     from acode.cli.progress import choose_observer
     from acode.cli.prompts import changed_files_prompt, strategy_prompt
     from acode.resume.service import resume_session
@@ -85,7 +236,9 @@ def _resume(
         print_preview(preview, dry_run=False, as_json=req.as_json)
 
     observer = choose_observer(req.as_json)
-    approver = terminal_approver(observer, req.workspace) if mode is not Mode.AUTOPILOT else _nobody
+    approver = (
+        terminal_approver(observer, req.workspace) if mode is not Mode.AUTOPILOT else never_asks
+    )
     with Interrupts().installed() as interrupts:
         session = resume_session(
             session_id,
@@ -102,6 +255,7 @@ def _resume(
             else None,
             verify=req.verify,
             strategy_prompt=strategy_prompt(observer) if mode is not Mode.AUTOPILOT else None,
+            mode=mode.value,
         )
         preview = shown[0]
         if preview.agent is not None:
@@ -110,11 +264,6 @@ def _resume(
             return drive(session, agent_body(preview.agent.task, req.as_json), as_json=req.as_json)
         assert preview.plan is not None
         return drive_plan(session, preview.plan, as_json=req.as_json)
-
-
-def _nobody(request: ApprovalRequest) -> bool | None:
-    """Autopilot never asks: an approval without a decision stops the run (exit 20)."""
-    return None
 
 
 def _pick(workspace: Path, mode: Mode, as_json: bool) -> str | None:
@@ -131,37 +280,25 @@ def _pick(workspace: Path, mode: Mode, as_json: bool) -> str | None:
     return _choose(found)
 
 
-def _describe(number: int | None, c: Candidate) -> list[str]:
-    head = f"{number}. " if number is not None else ""
+def _describe(number: int, c: Candidate) -> list[str]:
     lines = [
-        f"  {head}{c.row.short_id} - {c.row.state} - {c.row.title!r}",
+        f"  {number}. {c.row.short_id} - {c.row.state} - {c.row.title!r}",
         f"     Paused at: {c.where}",
-        f"     Interrupted: {_ago(c.age.seconds)} ({c.age.age.value})",
+        f"     Interrupted: {ago(c.age.seconds)} ({c.age.age.value})",
     ]
     if c.age.advice:
         lines.append(f"     Note: {c.age.advice}")
     return lines
 
 
-def _ago(seconds: int) -> str:
-    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
-        if seconds >= size:
-            return f"{seconds // size} {unit} ago"
-    return f"{seconds} seconds ago"
-
-
 def _choose(found: list[Candidate]) -> str | None:
-    from rich.prompt import Confirm, Prompt
+    """The one session, or the one the person picks; the plan and the question of what
+    to do with it come next (``_interactive``)."""
+    from rich.prompt import Prompt
 
-    console = out_console()
     if len(found) == 1:
-        console.print("Found 1 resumable session:")
-        for line in _describe(None, found[0]):
-            console.print(line, markup=False)
-        ok = Confirm.ask(
-            "Resume this session?", default=True, console=err_console(), stream=keyboard()
-        )
-        return found[0].row.id if ok else None
+        return found[0].row.id
+    console = out_console()
     console.print(f"Found {len(found)} resumable sessions (most recent first):")
     for number, candidate in enumerate(found, start=1):
         for line in _describe(number, candidate):
@@ -174,11 +311,17 @@ def _choose(found: list[Candidate]) -> str | None:
 
 
 def _preflight(preview: ResumePreview) -> bool:
-    """The full report, file by file, and the whole remaining plan; then 'proceed'."""
+    """The full report, file by file, the age and the risks, the whole history verified,
+    and the whole remaining plan; then 'proceed'."""
     from rich.prompt import Prompt
 
     console = out_console()
     print_preview(preview, dry_run=True, as_json=False)
+    console.print(
+        f"  ✓ Integrity: all {preview.summary.seq} events verified from the first (--verify)",
+        markup=False,
+    )
+    print_lines(risk_lines(preview))
     env = preview.environment
     if env is not None:
         changes = {c.path: c.change.value for c in env.changed}

@@ -23,7 +23,6 @@ from acode.cli.views import environment_lines, print_preview
 from acode.errors import (
     AcodeError,
     CheckpointError,
-    EnvironmentValidationError,
     NothingToResumeError,
     TooOldForAutopilotError,
     UsageError,
@@ -38,9 +37,10 @@ from acode.resume.modes import (
     judge_for_autopilot,
     log_autopilot,
 )
-from acode.resume.service import ChangedFilesAction, ResumePreview, preview_resume
+from acode.resume.service import ChangedFilesAction, ResumePreview, log_refusal, preview_resume
 from acode.runtime.catalog import find_session
 from acode.runtime.inspection import read_store
+from acode.runtime.workspace import StatePaths
 
 if TYPE_CHECKING:
     from acode.runtime.steps.base import InProgressStrategy
@@ -90,7 +90,7 @@ def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, ca
         preview = preview_resume(session_id, req.workspace, verify=req.verify)
         print_preview(preview, dry_run=True, as_json=req.as_json)
         return 0
-    preview = preview_resume(session_id, req.workspace, verify=req.verify)
+    preview = _checked(req, session_id, verify=req.verify)
     recorded = Mode(preview.start_mode) if preview.start_mode in set(Mode) else None
     mode = req.mode or recorded or default_mode(on_terminal)
     if mode is Mode.AUTOPILOT:
@@ -105,7 +105,10 @@ def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, ca
             return _resume(req, session_id, mode, req.changed_files_action)
         if not can_ask:
             log_autopilot(req.workspace, preview, verdict, "stopped")
-            raise _autopilot_stop(preview, verdict)
+            if verdict.too_old:
+                raise _too_old(preview, verdict)
+            # The resume's own checks stop it, with every change named and logged.
+            return _resume(req, session_id, mode, req.changed_files_action)
         log_autopilot(req.workspace, preview, verdict, "interactive")
         out_console().print(
             f"Autopilot does not resume session {preview.row.short_id} on its own: "
@@ -124,7 +127,7 @@ def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, ca
                 "--mode autopilot",
             )
         if not req.verify:  # preflight checks the whole history, as --verify does
-            preview = preview_resume(session_id, req.workspace, verify=True)
+            preview = _checked(req, session_id, verify=True)
         if not _preflight(preview):
             out_console().print("Not resumed; nothing was changed.")
             return 0
@@ -145,26 +148,27 @@ def _short(workspace: Path, session_id: str) -> str:
             return session_id
 
 
-def _autopilot_stop(preview: ResumePreview, verdict: AutopilotVerdict) -> AcodeError:
-    """Autopilot without a terminal, where a person must decide: the reason, and the
-    command that resumes anyway."""
+def _too_old(preview: ResumePreview, verdict: AutopilotVerdict) -> AcodeError:
+    """Autopilot without a terminal, on a session interrupted a day ago or more: the
+    reason, and the command that resumes anyway."""
     short = preview.row.short_id
-    why = "; ".join(verdict.problems)
-    flags = [
-        *(["--continue-on-changes"] if any("changed file" in c for c in verdict.conflicts) else []),
-        *(["--force"] if any(c.startswith("configuration") for c in verdict.conflicts) else []),
-        *(["--any-age"] if verdict.too_old else []),
-    ]
-    hint = (
-        f"look first: acode resume --dry-run {short}; then resume it on a terminal "
+    return TooOldForAutopilotError(
+        f"autopilot does not resume session {short} on its own: {'; '.join(verdict.problems)}",
+        hint=f"look first: acode resume --dry-run {short}; then resume it on a terminal "
         f"(acode resume {short}) or here with: acode resume {short} --mode autopilot "
-        + " ".join(flags)
-        + "; nothing was changed"
+        "--any-age; nothing was changed",
     )
-    message = f"autopilot does not resume session {short} on its own: {why}"
-    if verdict.conflicts:
-        return EnvironmentValidationError(message, hint=hint)
-    return TooOldForAutopilotError(message, hint=hint)
+
+
+def _checked(req: ResumeRequest, session_id: str, *, verify: bool) -> ResumePreview:
+    """The preview a resume decides on; a refusal is logged as the resume's would be."""
+    try:
+        return preview_resume(session_id, req.workspace, verify=verify)
+    except AcodeError as refused:
+        paths = StatePaths(req.workspace)
+        if paths.db.exists():  # never create acode's state where there is none
+            log_refusal(paths, session_id, refused)
+        raise
 
 
 def _interactive(req: ResumeRequest, session_id: str, preview: ResumePreview) -> int:

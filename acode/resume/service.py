@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ChangedFilesAction",
     "ResumePreview",
+    "log_refusal",
     "preview_resume",
     "resume_session",
     "select_for_resume",
@@ -526,14 +527,19 @@ def resume_session(
             mode=mode,
         )
     except AcodeError as refused:
-        log_event(
-            ws.paths,
-            "resume_refused",
-            session=id_or_prefix,
-            code=refused.code.value,
-            message=refused.message,
-        )
+        log_refusal(ws.paths, id_or_prefix, refused)
         raise
+
+
+def log_refusal(paths: StatePaths, id_or_prefix: str | None, refused: AcodeError) -> None:
+    """A resume refused by one of its checks, in the log with its code."""
+    log_event(
+        paths,
+        "resume_refused",
+        session=id_or_prefix,
+        code=refused.code.value,
+        message=refused.message,
+    )
 
 
 def _resume(

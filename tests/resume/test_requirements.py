@@ -417,7 +417,11 @@ def test_continuation_planning(cli: Cli) -> None:
         ("d", "done"),
     ]
     logged = [r for r in _log(ws) if r["session_id"] == session]
-    assert [r["event"] for r in logged] == ["session_resume", "step_recovery"]
+    assert [r["event"] for r in logged] == [
+        "autopilot_decision",
+        "session_resume",
+        "step_recovery",
+    ]
     assert logged[0]["continuation"] == planned
     assert (logged[1]["step"], logged[1]["action"]) == ("nap", "retry")
     order = [

@@ -23,6 +23,7 @@ from acode.cli.views import environment_lines, print_preview
 from acode.errors import (
     AcodeError,
     CheckpointError,
+    ConfigError,
     NothingToResumeError,
     TooOldForAutopilotError,
     UsageError,
@@ -166,7 +167,9 @@ def _checked(req: ResumeRequest, session_id: str, *, verify: bool) -> ResumePrev
         return preview_resume(session_id, req.workspace, verify=verify)
     except AcodeError as refused:
         paths = StatePaths(req.workspace)
-        if paths.db.exists():  # never create acode's state where there is none
+        # As the resume's own: an unreadable configuration is not a resume refused, and
+        # no log creates acode's state where there is none.
+        if paths.db.exists() and not isinstance(refused, ConfigError):
             log_refusal(paths, session_id, refused)
         raise
 

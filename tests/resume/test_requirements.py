@@ -422,8 +422,8 @@ def test_continuation_planning(cli: Cli) -> None:
         "session_resume",
         "step_recovery",
     ]
-    assert logged[0]["continuation"] == planned
-    assert (logged[1]["step"], logged[1]["action"]) == ("nap", "retry")
+    assert logged[1]["continuation"] == planned
+    assert (logged[2]["step"], logged[2]["action"]) == ("nap", "retry")
     order = [
         kind
         for kind, p in _events_of(ws, session)

@@ -92,6 +92,7 @@ def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, ca
         print_preview(preview, dry_run=True, as_json=req.as_json)
         return 0
     preview = _checked(req, session_id, verify=req.verify)
+    _refuse_library(preview)
     recorded = Mode(preview.start_mode) if preview.start_mode in set(Mode) else None
     mode = req.mode or recorded or default_mode(on_terminal)
     if mode is Mode.AUTOPILOT:
@@ -137,6 +138,16 @@ def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, ca
     if mode is Mode.INTERACTIVE and can_ask:
         return _interactive(req, session_id, preview)
     return _resume(req, session_id, mode, req.changed_files_action)
+
+
+def _refuse_library(preview: ResumePreview) -> None:
+    """A program's session continues in that program, before any question is asked."""
+    if preview.plan is None and preview.agent is None:
+        raise UsageError(
+            f"session {preview.row.short_id} was started by a program through the library",
+            hint=f"run that program again; it continues with "
+            f"acode.resume_session({preview.row.short_id!r})",
+        )
 
 
 def _short(workspace: Path, session_id: str) -> str:
@@ -199,11 +210,6 @@ def _restart(req: ResumeRequest, preview: ResumePreview) -> int:
 
     recorded = preview.start_mode
     mode = StartMode(Mode(recorded), True) if recorded else StartMode(Mode.INTERACTIVE, False)
-    if preview.plan is None and preview.agent is None:
-        raise UsageError(
-            f"session {preview.row.short_id} was started by a program through the library",
-            hint="run that program again to start over",
-        )
     inspect.session_discard(req.workspace, preview.row.id, False)
     if preview.plan is not None:
         from acode.cli.driver import start_plan
@@ -233,12 +239,7 @@ def _resume(
     shown: list[ResumePreview] = []
 
     def show(preview: ResumePreview) -> None:
-        if preview.plan is None and preview.agent is None:
-            raise UsageError(
-                f"session {preview.row.short_id} was started by a program through the library",
-                hint=f"run that program again; it continues with "
-                f"acode.resume_session({preview.row.short_id!r})",
-            )
+        _refuse_library(preview)
         shown.append(preview)
         print_preview(preview, dry_run=False, as_json=req.as_json)
 

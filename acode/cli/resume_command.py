@@ -41,10 +41,12 @@ from acode.resume.modes import (
 from acode.resume.service import ChangedFilesAction, ResumePreview, log_refusal, preview_resume
 from acode.runtime.catalog import find_session
 from acode.runtime.inspection import read_store
+from acode.runtime.locks import is_locked
 from acode.runtime.workspace import StatePaths
 
 if TYPE_CHECKING:
     from acode.runtime.steps.base import InProgressStrategy
+    from acode.store.records import SessionRow
 
 __all__ = ["ResumeRequest", "run_resume"]
 
@@ -80,9 +82,11 @@ def run_resume(req: ResumeRequest) -> int:
     try:
         return _resume_chosen(req, session_id, on_terminal=on_terminal, can_ask=can_ask)
     except CheckpointError as untrusted:
-        error = trouble_hint(untrusted, _short(req.workspace, session_id))
+        row = _row(req.workspace, session_id)
+        short = row.short_id if row is not None else session_id
+        error = trouble_hint(untrusted, short)
         if can_ask and error is not untrusted:
-            return trouble_menu(req.workspace, session_id, _short(req.workspace, session_id), error)
+            return trouble_menu(req.workspace, session_id, short, error)
         raise error from untrusted
 
 
@@ -91,6 +95,10 @@ def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, ca
         preview = preview_resume(session_id, req.workspace, verify=req.verify)
         print_preview(preview, dry_run=True, as_json=req.as_json)
         return 0
+    row = _row(req.workspace, session_id)
+    if row is not None and is_locked(StatePaths(req.workspace).locks, row.id):
+        # Another process runs it: the resume's own lock check names the holder, at once.
+        return _resume(req, row.id, req.mode or default_mode(on_terminal), None)
     preview = _checked(req, session_id, verify=req.verify)
     _refuse_library(preview)
     recorded = Mode(preview.start_mode) if preview.start_mode in set(Mode) else None
@@ -150,14 +158,15 @@ def _refuse_library(preview: ResumePreview) -> None:
         )
 
 
-def _short(workspace: Path, session_id: str) -> str:
+def _row(workspace: Path, session_id: str) -> SessionRow | None:
+    """The session's row, if the id names one (else the preview says why not)."""
     with read_store(workspace) as store:
         if store is None:
-            return session_id
+            return None
         try:
-            return find_session(store, session_id).short_id
+            return find_session(store, session_id)
         except AcodeError:
-            return session_id
+            return None
 
 
 def _too_old(preview: ResumePreview, verdict: AutopilotVerdict) -> AcodeError:

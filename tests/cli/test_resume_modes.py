@@ -135,11 +135,16 @@ def test_the_mode_chosen_at_run_is_recorded_and_is_the_default_of_its_resume(
     asked.answer("a")
     asked.finish(expect=0)
 
-    # One started with --mode autopilot never asks, even on a terminal.
+    # One started with --mode autopilot never asks, even on a terminal: neither the run
+    # nor its resume.
     acode.write("auto.yml", plan_yaml("Auto", "{id: ok, approve: Go?}"))
-    auto = acode("run", "auto.yml", "--mode", "autopilot", "--json", expect=20).json_lines()[0]
+    run = terminal("run", "auto.yml", "--mode", "autopilot")
+    assert "is waiting for approval of step 'ok': Go?" in run.finish(expect=20)
+    auto = acode.sessions()[0]
+    assert _events(acode, auto["id"])[0]["payload"]["mode"] == "autopilot"
     never = terminal("resume", auto["id"])
     assert "is waiting for approval of step 'ok': Go?" in never.finish(expect=20)
+    assert _log(acode, "session_resume")[-1]["mode"] == "autopilot"
 
 
 def test_a_preflight_session_resumes_in_preflight(acode: Cli, terminal: OpenTerminal) -> None:

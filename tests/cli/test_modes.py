@@ -96,7 +96,7 @@ def test_interactive_mode_shows_the_plan_and_asks_before_resuming_the_only_sessi
     declined.answer("a")
 
     assert shown.splitlines()[0] == f"Session {short}: Napping"
-    assert re.fullmatch(r"  PAUSED, interrupted \d+ seconds ago \(fresh\)", shown.splitlines()[1])
+    assert re.fullmatch(r"  PAUSED, interrupted \d+ seconds? ago \(fresh\)", shown.splitlines()[1])
     assert shown.splitlines()[2] == (
         "  ▸ Task 1: Main: 2 of 4 steps done; in progress: nap (retry); remaining: last"
     )
@@ -140,7 +140,7 @@ def test_interactive_mode_numbers_several_sessions_and_takes_a_choice(
     lines = listing.splitlines()
     assert lines[0] == "Found 2 resumable sessions (most recent first):"
     assert lines[1] == f"  1. {new_short} - PAUSED - 'Newer work'"
-    assert re.fullmatch(r"     Interrupted: \d+ seconds ago \(fresh\)", lines[3])
+    assert re.fullmatch(r"     Interrupted: \d+ seconds? ago \(fresh\)", lines[3])
     assert lines[4] == f"  2. {old_short} - PAUSED - 'Older work'"
     assert lines[5:8] == [
         "     Paused at: the start",
@@ -202,7 +202,7 @@ def test_preflight_reports_everything_and_goes_on_only_on_proceed(
     assert "  In progress: nap (retry)" in report
     assert "  ✓ Integrity: all 9 events verified from the first (--verify)\n" in report
     assert re.search(
-        r"\nAge and risk:\n  Interrupted: \d+ seconds ago \(fresh\)\n"
+        r"\nAge and risk:\n  Interrupted: \d+ seconds? ago \(fresh\)\n"
         r"  Changed files: job-1.txt \(modified\)\n  Configuration changes: none\n"
         r"  In progress: nap: run: echo .* -> retry\n"
         r"  A rollback will: revert nothing \(the step runs again\)\n",

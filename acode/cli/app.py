@@ -138,7 +138,8 @@ def run(
     from acode.cli.driver import start_plan
     from acode.runtime.plan_loader import load_plan
 
-    raise typer.Exit(start_plan(load_plan(plan_file), ws, as_json=as_json, mode=started))
+    plan = load_plan(plan_file)
+    raise typer.Exit(start_plan(plan, ws, as_json=as_json, mode=started, plan_file=plan_file))
 
 
 def _plan_file(target: str) -> Path | None:
@@ -184,7 +185,9 @@ def resume(
     force: Annotated[
         bool,
         typer.Option(
-            "--force", help="Resume even though the configuration changed; use the new one."
+            "--force",
+            help="Resume despite the environment report: a changed configuration (the new "
+            "one is used) and changed files (kept). Not past a missing workspace or model.",
         ),
     ] = False,
     continue_on_changes: Annotated[

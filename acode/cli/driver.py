@@ -76,8 +76,11 @@ def terminal_approver(observer: Observer, workspace: Path) -> Approver:
     return ask
 
 
-def start_plan(plan: Plan, ws: Path, *, as_json: bool, mode: StartMode) -> int:
-    """`acode run PLAN`: a new session of ``plan``, run to its end or to a stop."""
+def start_plan(
+    plan: Plan, ws: Path, *, as_json: bool, mode: StartMode, plan_file: Path | None = None
+) -> int:
+    """`acode run PLAN`: a new session of ``plan`` (read from ``plan_file``), run to its
+    end or to a stop."""
     from acode.resume.modes import Mode
     from acode.runtime.interrupts import Interrupts
     from acode.runtime.lifecycle import open_session
@@ -91,6 +94,7 @@ def start_plan(plan: Plan, ws: Path, *, as_json: bool, mode: StartMode) -> int:
             plan.title,
             ws,
             plan=plan,
+            plan_file=plan_file,
             observer=observer,
             approver=never_asks if mode.mode is Mode.AUTOPILOT else terminal_approver(observer, ws),
             interrupts=interrupts,

@@ -28,6 +28,7 @@ from acode.errors import (
     TooOldForAutopilotError,
     UsageError,
 )
+from acode.resume.listing import session_position
 from acode.resume.modes import (
     AutopilotVerdict,
     Candidate,
@@ -47,6 +48,7 @@ from acode.runtime.workspace import StatePaths
 if TYPE_CHECKING:
     from acode.runtime.steps.base import InProgressStrategy
     from acode.store.records import SessionRow
+    from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["ResumeRequest", "run_resume"]
 
@@ -107,7 +109,9 @@ def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, ca
         verdict = judge_for_autopilot(
             preview,
             any_age=req.any_age,
-            continue_on_changes=req.changed_files_action == "continue",
+            # --force goes past changed files too, unless --abort-on-changes says stop.
+            continue_on_changes=req.changed_files_action == "continue"
+            or (req.force and req.changed_files_action != "abort"),
             force=req.force,
         )
         if verdict.safe:
@@ -286,21 +290,31 @@ def _resume(
 def _pick(workspace: Path, mode: Mode, as_json: bool) -> str | None:
     with read_store(workspace) as store:
         found = candidates(store, time.time_ns() // 1000) if store is not None else []
-    if not found:
-        raise NothingToResumeError(
-            "no resumable session in this workspace",
-            hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
-            "`acode session list` shows all",
-        )
-    if mode is Mode.AUTOPILOT or as_json:
-        return found[0].row.id
-    return _choose(found)
+        if not found:
+            raise NothingToResumeError(
+                "no resumable session in this workspace",
+                hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
+                "`acode session list` shows all",
+            )
+        if mode is Mode.AUTOPILOT or as_json or len(found) == 1:
+            # One session goes on to its plan and the question of what to do with it
+            # (``_interactive``).
+            return found[0].row.id
+        assert store is not None
+        # Only for the list a person reads: where each stands takes its plan.
+        places = {c.row.id: _place(store, c) for c in found}
+    return _choose(found, places)
 
 
-def _describe(number: int, c: Candidate) -> list[str]:
+def _place(store: SqliteStore, c: Candidate) -> str:
+    position = session_position(store, c.row)
+    return position.describe() if position is not None else c.where
+
+
+def _describe(number: int, c: Candidate, where: str) -> list[str]:
     lines = [
         f"  {number}. {c.row.short_id} - {c.row.state} - {c.row.title!r}",
-        f"     Paused at: {c.where}",
+        f"     Paused at: {where}",
         f"     Interrupted: {ago(c.age.seconds)} ({c.age.age.value})",
     ]
     if c.age.advice:
@@ -308,17 +322,13 @@ def _describe(number: int, c: Candidate) -> list[str]:
     return lines
 
 
-def _choose(found: list[Candidate]) -> str | None:
-    """The one session, or the one the person picks; the plan and the question of what
-    to do with it come next (``_interactive``)."""
+def _choose(found: list[Candidate], places: dict[str, str]) -> str | None:
     from rich.prompt import Prompt
 
-    if len(found) == 1:
-        return found[0].row.id
     console = out_console()
     console.print(f"Found {len(found)} resumable sessions (most recent first):")
     for number, candidate in enumerate(found, start=1):
-        for line in _describe(number, candidate):
+        for line in _describe(number, candidate, places[candidate.row.id]):
             console.print(line, markup=False)
     choices = [str(n) for n in range(1, len(found) + 1)] + ["none"]
     answer = Prompt.ask(

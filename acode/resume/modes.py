@@ -127,7 +127,7 @@ def judge_for_autopilot(
             more = f" and {len(env.changed) - 5} more" if len(env.changed) > 5 else ""
             what = f"{len(env.changed)} changed file(s): {changed}{more}"
             if continue_on_changes:
-                reasons.append(f"{what} (--continue-on-changes)")
+                reasons.append(f"{what} (kept: the command line says go on)")
             else:
                 conflicts.append(what)
         else:

@@ -632,9 +632,10 @@ def test_environment_validation(cli: Cli) -> None:
     assert no_model.flat_err.startswith(
         f"error ACODE-RESUME-004: cannot resume session {session[:13]}"
     )
-    assert "hint: fix what is listed, then run `acode resume` again; nothing was changed" in (
-        no_model.flat_err
-    )
+    assert (
+        f"hint: fix what is listed, then run `acode resume {session[:13]}` again (--force does "
+        "not go past this); nothing was changed"
+    ) in no_model.flat_err
 
     with FakeOpenAI(port=port):
         (ws / "src.txt").unlink()
@@ -682,25 +683,26 @@ def test_progress_reporting(cli: Cli) -> None:
     session = _pause_run(cli, "run", "plan.yml")
     short = session[:13]
     preview = cli("resume", "--dry-run")
-    assert "  Skipping: 3 steps (complete)\n  Remaining: 3 steps, from Task 2, Step 2\n" in (
-        preview.out
-    )
+    assert (
+        "  Skipping: 3 steps (complete)\n  Remaining: 3 steps, from Task 2/2, Step 2/4 (t2 > nap)\n"
+    ) in preview.out
 
     running = cli.start("resume")
-    shown = _lines_while_running(running, 7)
+    shown = _lines_while_running(running, 8)
     assert running.proc.poll() is None  # still waiting at the gate
     (ws / "go").touch()
     rest = cli.finish(running, expect=0).out.splitlines()
 
     assert shown[:6] == [
         f"Resuming session {short}: Progress",
-        "  Loaded state: PAUSED at Task 2, Step 2",
+        "  Loaded state: PAUSED at Task 2/2, Step 2/4 (t2 > nap)",
         "  Skipping: Task 1: First (complete)",
         "  Skipping: Task 2, Step 1 (complete)",
         "  In progress: nap -> retry",
-        "  Starting from: Task 2, Step 2 (3 steps remaining)",
+        "  Starting from: Task 2/2, Step 2/4 (t2 > nap); 3 steps remaining",
     ]
-    assert shown[6].startswith("  ✓ [4/6] t2 > nap: run: ")
+    assert shown[6].startswith("  Time: 3 completed steps took ")
+    assert shown[7].startswith("  ✓ [4/6] t2 > nap: run: ")
     assert rest[0].startswith("  ✓ [5/6] t2 > gate: run: until [ -e go ]")
     assert rest[1].startswith("  ✓ [6/6] t2 > d: write: d.txt (")
     assert rest[2:] == [f"Session {short} completed: 6 steps done."]

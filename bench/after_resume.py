@@ -9,6 +9,8 @@ record M steps each, taking turns every CHUNK steps while the others are stopped
 side-by-side runs do: a fresh session; the killed one resumed, its N steps called again
 (replayed) before the timed ones; the killed one resumed with ``skip_completed()``. Only
 the M new steps are timed; the load and the replay are not (bench.suite measures them).
+A fourth, never interrupted, records N steps untimed in its own process before its M:
+against it, what the resume costs shows apart from what a longer session costs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ CHUNK = 50
 # (key, label): how the measured session came to be. The first is the baseline.
 KINDS = (
     ("fresh", "fresh session"),
+    ("uninterrupted", "never interrupted, N steps recorded first"),
     ("resumed", "killed, resumed, completed steps replayed"),
     ("resumed-skip", "killed, resumed with skip_completed()"),
 )
@@ -39,21 +42,21 @@ class AfterResume:
     # (durability, N steps done before the kill, kind) -> µs per step, one value per round
     per_step_us: dict[tuple[str, int, str], list[float]] = field(default_factory=dict)
 
-    def ratios(self, durability: str, done: int, kind: str) -> list[float]:
-        """Per-round ratios: each round's value over the fresh session's of that round."""
+    def ratios(self, durability: str, done: int, kind: str, base: str = "fresh") -> list[float]:
+        """Per-round ratios: each round's value over ``base``'s of that round."""
         pairs = zip(
             self.per_step_us[(durability, done, kind)],
-            self.per_step_us[(durability, done, "fresh")],
+            self.per_step_us[(durability, done, base)],
             strict=True,
         )
-        return [value / fresh for value, fresh in pairs]
+        return [value / baseline for value, baseline in pairs]
 
-    def ratio(self, durability: str, done: int, kind: str) -> float:
-        return statistics.median(self.ratios(durability, done, kind))
+    def ratio(self, durability: str, done: int, kind: str, base: str = "fresh") -> float:
+        return statistics.median(self.ratios(durability, done, kind, base))
 
 
 def _peer(durability: str, kind: str) -> Peer:
-    variant = durability if kind == "fresh" else f"{durability}-{kind}"
+    variant = durability if kind in ("fresh", "uninterrupted") else f"{durability}-{kind}"
     return Peer(f"acode-{variant}", f"acode, {variant}", "bench.peers.acode_driver", variant)
 
 
@@ -73,9 +76,11 @@ def _round(
     try:
         for kind, _ in KINDS:
             workspace = directory / kind
-            if kind != "fresh":
+            extra = ["--before", str(done)] if kind == "uninterrupted" else []
+            if kind.startswith("resumed"):
                 shutil.copytree(template, workspace, symlinks=True)
-            drivers.append((kind, Driver(_peer(durability, kind), steps, workspace, CHUNK)))
+            peer = _peer(durability, kind)
+            drivers.append((kind, Driver(peer, steps, workspace, CHUNK, extra)))
         order = drivers[shift % len(drivers) :] + drivers[: shift % len(drivers)]
         seconds = dict.fromkeys((kind for kind, _ in KINDS), 0.0)
         for _ in range(-(-steps // CHUNK)):

@@ -7,7 +7,8 @@ Variants: ``full`` (the default durability, fsync at every commit) and ``normal`
 ``s.skip_completed()`` and the loop from the position it returns. In ``steps`` mode,
 ``full-resumed`` and ``normal-resumed`` time their steps in the session a crash run left
 in the directory, resumed and its completed steps called again (replayed, untimed);
-``-resumed-skip`` skips them with ``s.skip_completed()`` instead (bench.after_resume).
+``-resumed-skip`` skips them with ``s.skip_completed()`` instead; the others record
+``--before`` steps untimed first (bench.after_resume).
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def _steps(args: Args) -> None:
     else:
         _configure(args.directory, args.variant)
         session = acode.open_session("bench", args.directory)
-        first = 0
+        first = args.before
+        for i in range(first):
+            session.step(f"step-{i}", trivial)
     turns = Turns(args.chunk)
     gc.collect()
     turns.ready(args.directory / _DB)

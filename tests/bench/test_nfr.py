@@ -55,6 +55,7 @@ def test_every_kind_is_timed_in_every_round(tmp_path: Path) -> None:
 def test_ratios_pair_the_sessions_round_by_round() -> None:
     results = AfterResume(steps=10)
     results.per_step_us[("full", 5, "fresh")] = [100.0, 200.0, 100.0]
+    results.per_step_us[("full", 5, "uninterrupted")] = [120.0, 200.0, 100.0]
     results.per_step_us[("full", 5, "resumed")] = [120.0, 200.0, 105.0]
     results.per_step_us[("full", 5, "resumed-skip")] = [100.0, 300.0, 100.0]
     assert results.ratios("full", 5, "resumed") == [1.2, 1.0, 1.05]
@@ -68,11 +69,14 @@ def test_ratios_pair_the_sessions_round_by_round() -> None:
         "| full | 5 | killed, resumed with skip_completed() | 1.00 | 1.00, 1.50, 1.00 | met |"
         in text
     )
+    # Against the session never interrupted: 120 / 120, 200 / 200, 105 / 100.
+    assert "steps replayed | 120 | 105 - 200 | 1.05 | 1.00 |" in text
 
 
 def test_a_resumed_step_beyond_the_target_is_missed() -> None:
     results = AfterResume(steps=10)
     results.per_step_us[("normal", 5, "fresh")] = [100.0]
+    results.per_step_us[("normal", 5, "uninterrupted")] = [150.0]
     results.per_step_us[("normal", 5, "resumed")] = [150.0]
     results.per_step_us[("normal", 5, "resumed-skip")] = [100.0]
     text = render_after_resume(results)

@@ -48,10 +48,15 @@ format: $(STAMP)
 	$(BIN)/ruff format acode tests bench examples
 	$(BIN)/ruff check --fix acode tests bench examples
 
+# Branch coverage of acode, the acode and python processes the tests start included; the
+# table and the total come last, and a total under [tool.coverage.report] fail_under fails
+# the run (docs/testing.md "Coverage"). `make test COVERAGE=` runs the suite without it.
+COVERAGE ?= --cov --cov-report=term
+
 test: $(STAMP) $(LLM_STAMP) lint
 	$(BIN)/python -m tests.support.install_engines $(ENGINES_DIR)
 	ACODE_LLM_VENV=$(abspath $(LLM_VENV)) ACODE_ENGINES_DIR=$(abspath $(ENGINES_DIR)) \
-		$(BIN)/python -m pytest
+		$(BIN)/python -m pytest $(COVERAGE)
 
 # The engines it compares against (DBOS, LangGraph) go into their own environment,
 # never into $(VENV): `make bench ARGS=--full` for the long run.
@@ -68,4 +73,4 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(LLM_VENV) $(ENGINES_DIR) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) $(LLM_VENV) $(ENGINES_DIR) .coverage .coverage.* htmlcov .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -44,6 +46,27 @@ def _side_by_side_settings(quick: bool, full: bool) -> SideBySideSettings:
         budget_samples=5,
         full=full,
     )
+
+
+def _nfr_sections(quick: bool, root: Path) -> list[str]:
+    """NFR-004 (a step after a resume) and NFR-002 with the model probe."""
+    from bench.after_resume import run_after_resume
+    from bench.model_probe import run_model_probe
+    from bench.nfr_report import render_after_resume, render_model_probe
+
+    scratch = Path(tempfile.mkdtemp(prefix="acode-bench-nfr-", dir=root))
+    try:
+        after = run_after_resume(
+            sizes=(1_000,) if quick else (1_000, 10_000),
+            steps=500 if quick else 1_000,
+            runs=3 if quick else 5,
+            scratch=scratch,
+            progress=_progress,
+        )
+        probe = run_model_probe(3 if quick else 5, scratch, _progress)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return [render_after_resume(after), render_model_probe(probe)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -95,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_suite(settings, root, _progress)
     peers = run_side_by_side(_side_by_side_settings(args.quick, args.full), root, _progress)
     sync = sync_section(root, _progress)
+    nfr = _nfr_sections(args.quick, root)
     minutes = (time.monotonic() - started) / 60
     machine = replace(machine, fsync_after_us=fsync_latency_us(root))
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
@@ -105,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine=machine,
         settings=settings,
     )
-    text = render(run, results, extra=[render_side_by_side(peers), sync])
+    text = render(run, results, extra=[render_side_by_side(peers), sync, *nfr])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)

@@ -4,7 +4,11 @@ return the recorded results of completed steps without running them.
 
 Variants: ``full`` (the default durability, fsync at every commit) and ``normal``;
 ``full-skip`` recovers as a caller who needs no result of the completed steps does:
-``s.skip_completed()`` and the loop from the position it returns.
+``s.skip_completed()`` and the loop from the position it returns. In ``steps`` mode,
+``full-resumed`` and ``normal-resumed`` time their steps in the session a crash run left
+in the directory, resumed and its completed steps called again (replayed, untimed);
+``-resumed-skip`` skips them with ``s.skip_completed()`` instead; the others record
+``--before`` steps untimed first (bench.after_resume).
 """
 
 from __future__ import annotations
@@ -37,14 +41,26 @@ def _steps(args: Args) -> None:
     def trivial(ctx: acode.StepContext) -> dict[str, Any]:
         return payload(ctx.position)
 
-    _configure(args.directory, args.variant)
-    session = acode.open_session("bench", args.directory)
+    if "-resumed" in args.variant:
+        session = acode.resume_session(None, args.directory)
+        if args.variant.endswith("-skip"):
+            first = session.skip_completed()
+        else:
+            first = session.steps_completed
+            for i in range(first):
+                session.step(f"step-{i}", trivial)
+    else:
+        _configure(args.directory, args.variant)
+        session = acode.open_session("bench", args.directory)
+        first = args.before
+        for i in range(first):
+            session.step(f"step-{i}", trivial)
     turns = Turns(args.chunk)
     gc.collect()
     turns.ready(args.directory / _DB)
     for i in range(args.n):
         turns.before(i)
-        session.step(f"step-{i}", trivial)
+        session.step(f"step-{first + i}", trivial)
     turns.end()
     session.close()
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -52,12 +53,14 @@ def _command(peer: Peer, mode: str, n: int, directory: Path, extra: list[str]) -
 class Driver:
     """A driver in ``steps`` mode, running its steps a chunk at a time when told to."""
 
-    def __init__(self, peer: Peer, n: int, directory: Path, chunk: int) -> None:
+    def __init__(
+        self, peer: Peer, n: int, directory: Path, chunk: int, extra: Sequence[str] = ()
+    ) -> None:
         self.peer = peer
         # Lives as long as the driver: its stderr, shown if the driver dies.
         self._errors: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         self._process = subprocess.Popen(
-            _command(peer, "steps", n, directory, ["--chunk", str(chunk)]),
+            _command(peer, "steps", n, directory, ["--chunk", str(chunk), *extra]),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._errors,

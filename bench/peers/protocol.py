@@ -63,6 +63,7 @@ class Args:
     chunk: int
     kill_after: int
     side: Path | None
+    before: int = 0  # steps: recorded untimed ahead of the timed ones (bench.after_resume)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:
@@ -74,8 +75,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
     parser.add_argument("--chunk", type=int, default=50)
     parser.add_argument("--kill-after", type=int, default=-1)
     parser.add_argument("--side", type=Path, default=None)
+    parser.add_argument("--before", type=int, default=0)
     ns = parser.parse_args(argv)
-    return Args(ns.mode, ns.n, ns.dir, ns.variant, ns.chunk, ns.kill_after, ns.side)
+    return Args(ns.mode, ns.n, ns.dir, ns.variant, ns.chunk, ns.kill_after, ns.side, ns.before)
 
 
 def emit(kind: str, **fields: Any) -> None:

@@ -28,8 +28,10 @@ __all__: list[str] = []
 
 
 def _nap(pids: str) -> str:
-    """A run step command that records its pid and naps on its first attempt only."""
-    return f"'echo $$ >> {pids}; [ $(wc -l < {pids}) -gt 1 ] || exec sleep 5'"
+    """A run step command that records its pid and naps on its first attempt only: for
+    longer than any test takes to interrupt it, however slow the machine (or the
+    coverage `make test` measures) makes the commands the test runs meanwhile."""
+    return f"'echo $$ >> {pids}; [ $(wc -l < {pids}) -gt 1 ] || exec sleep 120'"
 
 
 def _note(word: str) -> str:

@@ -221,7 +221,8 @@ def test_a_running_session_is_locked_until_forced(acode: Cli) -> None:
         plan_yaml(
             "Long job",
             '{id: first, write: a.txt, content: "a"}',
-            "{id: nap, run: echo $$ >> nap.pids; exec sleep 5}",
+            # Outlasts the commands below on any machine; the fixture stops it after.
+            "{id: nap, run: echo $$ >> nap.pids; exec sleep 120}",
         ),
     )
     acode.watch_pids("nap.pids")

@@ -166,6 +166,15 @@ def _object(payload_json: str) -> dict[str, Any]:
     return value
 
 
+# A seek in the step id ledger costs about as much as reading this many of its ids
+# (5.7 µs against 1.0 µs an id, measured on a 20,000-step ledger).
+_IDS_PER_SEEK = 5
+
+
+def _seeks_before_reading(recorded: int) -> int:
+    return recorded // _IDS_PER_SEEK
+
+
 class Session:
     """One session, held by this process (its lock is held until ``close``)."""
 
@@ -202,8 +211,10 @@ class Session:
         self._recorded_until = summary.next_position
         self._position = 0
         self._seen_ids: set[str] = set()
-        # Set by skip_completed: the session whose step id ledger holds the skipped ids.
+        # Set by skip_completed: the session whose step id ledger holds the skipped ids,
+        # and how many new ids may still be looked up there one seek at a time.
         self._ledger_sid: int | None = None
+        self._ledger_seeks_left = 0
         self._key_prefix = key_prefix(journal.session_id)
         # A replay reads the events about steps in order, a window at a time, folding
         # them into each position's record (with its newest event's type and payload),
@@ -289,6 +300,7 @@ class Session:
         # one seek, and among the few recorded ids the ledger does not hold yet.
         self._seen_ids = set(self._journal.unledgered_step_ids)
         self._ledger_sid = self._journal.row.sid
+        self._ledger_seeks_left = _seeks_before_reading(self._recorded_until)
         self._position = self._recorded_until
         return self._position
 
@@ -735,14 +747,24 @@ class Session:
                 f"invalid step id {step_id!r}",
                 hint="use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
             )
-        if step_id in self._seen_ids or (
-            self._ledger_sid is not None
-            and self._journal.store.has_step_id(self._ledger_sid, step_id)
-        ):
+        if step_id in self._seen_ids or (self._ledger_sid is not None and self._in_ledger(step_id)):
             raise NonDeterminismError(
                 f"step id {step_id!r} is used twice in session {self.short_id}",
                 hint="every step of a session needs its own id",
             )
+
+    def _in_ledger(self, step_id: str) -> bool:
+        """Whether the ledger of the skipped steps holds ``step_id``. A seek each, until
+        the seeks have cost what reading the whole ledger once does: from then on its
+        ids are in memory, so a long run after skip_completed() pays at most twice the
+        cheaper of the two, and its steps cost what a fresh session's do (NFR-004)."""
+        assert self._ledger_sid is not None
+        if self._ledger_seeks_left > 0:
+            self._ledger_seeks_left -= 1
+            return self._journal.store.has_step_id(self._ledger_sid, step_id)
+        self._seen_ids |= self._journal.store.step_id_ledger(self._ledger_sid)
+        self._ledger_sid = None
+        return step_id in self._seen_ids
 
     def _advance(self, step_id: str) -> int:
         """Give ``step_id`` the next position, and return it; a step left unsettled

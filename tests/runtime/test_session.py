@@ -126,6 +126,28 @@ def test_skip_completed_goes_on_after_the_recorded_steps_without_calling_them(
     again.close()
 
 
+@pytest.mark.parametrize("new_steps", [0, 5, 40])
+def test_after_skip_completed_a_recorded_id_is_refused_while_looked_up_and_once_read(
+    workspace: Path, new_steps: int
+) -> None:
+    """A new id is first looked up in the step id ledger a seek at a time, then (12
+    seeks on, for 60 recorded steps) found among the ledger's ids read once: a recorded
+    id is refused either way, and so is one of the new steps."""
+    s = acode.open_session("t", workspace=workspace)
+    for i in range(60):
+        s.step(f"s{i}", lambda ctx: ctx.position)
+    s.close()
+    r = acode.resume_session(s.id, workspace=workspace)
+    start = r.skip_completed()
+    for i in range(start, start + new_steps):
+        r.step(f"s{i}", lambda ctx: ctx.position)
+    for reused in ("s0", "s59", f"s{start + new_steps - 1}" if new_steps else "s30"):
+        with pytest.raises(NonDeterminismError, match="used twice"):
+            r.step(reused, lambda ctx: 0)
+    assert r.step("fresh-id", lambda ctx: ctx.position) == start + new_steps
+    r.close()
+
+
 def test_skip_completed_comes_first_and_refuses_an_unfinished_step(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -123,7 +123,10 @@ def test_scenario_01_basic_resume(acode: Cli) -> None:
         "  In progress: nap -> retry",
         "  Starting from: Task 2, Step 3 (4 steps remaining)",
     ]
-    done = [re.sub(r"^  ✓ \[(\d)/8\] (\S+) > (\S+):.*", r"\1 \2 \3", line) for line in lines[6:-1]]
+    ready = lines.index("Environment ready. Resuming...")  # every resume shows its checks
+    assert lines[6] == "Validating environment..."
+    steps = lines[ready + 1 : -1]
+    done = [re.sub(r"^  ✓ \[(\d)/8\] (\S+) > (\S+):.*", r"\1 \2 \3", line) for line in steps]
     assert done == ["5 implement nap", "6 implement i2", "7 verify v1", "8 verify v2"]
     assert lines[-1] == f"Session {short} completed: 8 steps done."
     assert _work_log(acode) == ["a1", "i1", "i2", "v1", "v2"]

@@ -330,7 +330,9 @@ def test_a_model_server_that_drips_its_answers_pauses_the_run_at_the_deadline(
     the server dripped (some 35 s an answer here, three plan attempts), and `acode resume`
     the same again."""
     start_repository(acode.workspace)
-    with DripServer(interval=0.05) as server:
+    # The list of models comes whole: one that drips fails the availability check
+    # (tests/runtime/test_model_client.py), and the chat request is never sent.
+    with DripServer(interval=0.05, models_at_once=True) as server:
         acode.write(
             ".agent/config.yml",
             f"model:\n  base_url: {server.base_url}\n  name: {DRIP_MODEL}\n"

@@ -13,6 +13,10 @@ anywhere resumes exactly where it stopped::
     with acode.resume_session(session_id, workspace=".") as s:
         ...  # the same calls; completed steps return their recorded results
 
+    for found in acode.list_resumable("."):        # most recent first
+        print(found.short_id, found.age.age, found.position)
+    preview = acode.preview_resume(found.id, ".")  # what `acode resume --dry-run` shows
+
 The names below load on first use, so ``import acode`` stays cheap.
 """
 
@@ -31,12 +35,16 @@ __all__ = [
     "CommandResult",
     "NonDeterminismError",
     "PauseRequested",
+    "ResumableSession",
+    "ResumePreview",
     "Session",
     "SessionState",
     "StepContext",
     "StepFailedError",
     "__version__",
+    "list_resumable",
     "open_session",
+    "preview_resume",
     "python_step",
     "resume_session",
 ]
@@ -49,11 +57,15 @@ _EXPORTS = {
     "CommandResult": "acode.runtime.process",
     "NonDeterminismError": "acode.errors",
     "PauseRequested": "acode.errors",
+    "ResumePreview": "acode.resume.service",
+    "ResumableSession": "acode.resume.listing",
     "Session": "acode.runtime.session",
     "SessionState": "acode.domain.states",
     "StepContext": "acode.runtime.steps.base",
     "StepFailedError": "acode.errors",
+    "list_resumable": "acode.resume.listing",
     "open_session": "acode.runtime.lifecycle",
+    "preview_resume": "acode.resume.service",
     "python_step": "acode.runtime.steps.python_step",
     "resume_session": "acode.resume.service",
 }
@@ -68,7 +80,8 @@ if TYPE_CHECKING:
         PauseRequested,
         StepFailedError,
     )
-    from acode.resume.service import resume_session
+    from acode.resume.listing import ResumableSession, list_resumable
+    from acode.resume.service import ResumePreview, preview_resume, resume_session
     from acode.runtime.lifecycle import open_session
     from acode.runtime.observer import ApprovalRequest
     from acode.runtime.process import CommandResult

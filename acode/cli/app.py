@@ -162,6 +162,7 @@ def _run_plan(plan_file: Path, ws: Path, as_json: bool) -> int:
             plan.title,
             ws,
             plan=plan,
+            plan_file=plan_file,
             observer=observer,
             approver=terminal_approver(observer, ws),
             interrupts=interrupts,
@@ -207,7 +208,9 @@ def resume(
     force: Annotated[
         bool,
         typer.Option(
-            "--force", help="Resume even though the configuration changed; use the new one."
+            "--force",
+            help="Resume despite the environment report: a changed configuration (the new "
+            "one is used) and changed files (kept). Not past a missing workspace or model.",
         ),
     ] = False,
     continue_on_changes: Annotated[

@@ -52,7 +52,7 @@ def approve_command(
     if dry_run:
         out_console().print(
             f"Nothing recorded (--dry-run). Decide with: acode approve {pending.short_id} "
-            f"--subject-hash {pending.subject_hash} [--deny]",
+            f"--subject-hash {pending.subject_hash} (add --deny to refuse)",
             markup=False,
         )
         return

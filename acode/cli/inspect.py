@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acode.cli.console import emit_json, emit_text, err_console, out_console
 from acode.cli.sync_command import configured_remote, list_remote
@@ -14,10 +15,15 @@ from acode.cli.views import (
     session_json,
 )
 from acode.errors import NothingToResumeError, SessionNotFoundError, UsageError
+from acode.resume.listing import session_position
 from acode.runtime.catalog import is_resumable_row
-from acode.runtime.inspection import read_store, session_detail, session_events
+from acode.runtime.inspection import SessionDetail, read_store, session_detail, session_events
 from acode.runtime.maintenance import discard_session, unlock_session
 from acode.runtime.sync_link import sync_status
+
+if TYPE_CHECKING:
+    from acode.domain.position import Position
+    from acode.store.sqlite_store import SqliteStore
 
 __all__ = [
     "session_discard",
@@ -40,9 +46,22 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
             )
         detail = session_detail(store, workspace, session_id)
         sync = sync_status(store, detail.row, remote)
+        position = _position(store, detail)
     print_status(
-        detail.row, detail.summary, detail.lock_holder, as_json, sync=sync, usage=detail.usage
+        detail.row,
+        detail.summary,
+        detail.lock_holder,
+        as_json,
+        sync=sync,
+        usage=detail.usage,
+        position=position,
     )
+
+
+def _position(store: SqliteStore, detail: SessionDetail) -> Position | None:
+    """The step the session is at, placed in its plan."""
+    s = detail.summary
+    return session_position(store, detail.row, s.current_step, s.current_task)
 
 
 def session_list(
@@ -67,6 +86,7 @@ def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
             raise SessionNotFoundError(f"no session {session_id!r}: {workspace} has no sessions")
         detail = session_detail(store, workspace, session_id)
         sync = sync_status(store, detail.row, remote)
+        position = _position(store, detail) if not as_json else None
     if as_json:
         data = session_json(detail.row, detail.summary)
         data["lock"] = detail.lock_holder
@@ -83,7 +103,9 @@ def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
         ]
         emit_json(data)
         return
-    print_status(detail.row, detail.summary, detail.lock_holder, as_json=False, sync=sync)
+    print_status(
+        detail.row, detail.summary, detail.lock_holder, as_json=False, sync=sync, position=position
+    )
     if detail.steps:
         out_console().print()
         print_steps(detail.steps)

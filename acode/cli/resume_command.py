@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from acode.cli.console import err_console, keyboard, out_console
 from acode.cli.views import environment_lines, print_preview
 from acode.errors import NothingToResumeError, UsageError
+from acode.resume.listing import session_position
 from acode.resume.modes import Candidate, Mode, candidates, default_mode
 from acode.resume.service import ChangedFilesAction, ResumePreview, preview_resume
 from acode.runtime.inspection import read_store
@@ -19,6 +20,7 @@ from acode.runtime.inspection import read_store
 if TYPE_CHECKING:
     from acode.runtime.observer import ApprovalRequest
     from acode.runtime.steps.base import InProgressStrategy
+    from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["ResumeRequest", "run_resume"]
 
@@ -120,22 +122,30 @@ def _nobody(request: ApprovalRequest) -> bool | None:
 def _pick(workspace: Path, mode: Mode, as_json: bool) -> str | None:
     with read_store(workspace) as store:
         found = candidates(store, time.time_ns() // 1000) if store is not None else []
-    if not found:
-        raise NothingToResumeError(
-            "no resumable session in this workspace",
-            hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
-            "`acode session list` shows all",
-        )
-    if mode is Mode.AUTOPILOT or as_json:
-        return found[0].row.id
-    return _choose(found)
+        if not found:
+            raise NothingToResumeError(
+                "no resumable session in this workspace",
+                hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
+                "`acode session list` shows all",
+            )
+        if mode is Mode.AUTOPILOT or as_json:
+            return found[0].row.id
+        assert store is not None
+        # Only for the list a person reads: where each stands takes its plan.
+        places = {c.row.id: _place(store, c) for c in found}
+    return _choose(found, places)
 
 
-def _describe(number: int | None, c: Candidate) -> list[str]:
+def _place(store: SqliteStore, c: Candidate) -> str:
+    position = session_position(store, c.row)
+    return position.describe() if position is not None else c.where
+
+
+def _describe(number: int | None, c: Candidate, where: str) -> list[str]:
     head = f"{number}. " if number is not None else ""
     lines = [
         f"  {head}{c.row.short_id} - {c.row.state} - {c.row.title!r}",
-        f"     Paused at: {c.where}",
+        f"     Paused at: {where}",
         f"     Interrupted: {_ago(c.age.seconds)} ({c.age.age.value})",
     ]
     if c.age.advice:
@@ -150,13 +160,13 @@ def _ago(seconds: int) -> str:
     return f"{seconds} seconds ago"
 
 
-def _choose(found: list[Candidate]) -> str | None:
+def _choose(found: list[Candidate], places: dict[str, str]) -> str | None:
     from rich.prompt import Confirm, Prompt
 
     console = out_console()
     if len(found) == 1:
         console.print("Found 1 resumable session:")
-        for line in _describe(None, found[0]):
+        for line in _describe(None, found[0], places[found[0].row.id]):
             console.print(line, markup=False)
         ok = Confirm.ask(
             "Resume this session?", default=True, console=err_console(), stream=keyboard()
@@ -164,7 +174,7 @@ def _choose(found: list[Candidate]) -> str | None:
         return found[0].row.id if ok else None
     console.print(f"Found {len(found)} resumable sessions (most recent first):")
     for number, candidate in enumerate(found, start=1):
-        for line in _describe(number, candidate):
+        for line in _describe(number, candidate, places[candidate.row.id]):
             console.print(line, markup=False)
     choices = [str(n) for n in range(1, len(found) + 1)] + ["none"]
     answer = Prompt.ask(

@@ -14,11 +14,14 @@ from acode.security.redaction import redact, redact_json
 from acode.store.records import SessionRow
 
 if TYPE_CHECKING:
+    from acode.domain.position import Position
+    from acode.domain.timing import WorkTime
     from acode.resume.environment import ChangedFile, EnvironmentReport, RollbackPreview
     from acode.resume.service import ResumePreview
     from acode.sync.status import SyncStatus
 
 __all__ = [
+    "duration_text",
     "event_json",
     "print_history",
     "print_preview",
@@ -99,10 +102,13 @@ def print_status(
     *,
     sync: SyncStatus | None = None,
     usage: Usage | None = None,
+    position: Position | None = None,
 ) -> None:
-    """``sync`` None: no remote is configured."""
+    """``sync`` None: no remote is configured. ``position``: the step the session is at,
+    placed in its plan."""
     if as_json:
         data = session_json(row, summary)
+        data["position"] = position.to_dict() if position is not None else None
         data["lock"] = lock_holder
         data["sync"] = status_sync_json(sync)
         data["usage"] = usage.to_dict() if usage is not None else None
@@ -119,13 +125,15 @@ def print_status(
         f"Steps:   {summary.steps_completed}{total} completed"
         + (f", {summary.steps_failed} failed" if summary.steps_failed else ""),
     ]
-    if summary.current_step:
+    if position is not None:
+        lines.append(f"At:      {position.describe()}")
+    elif summary.current_step:
         where = f"{summary.current_task} > " if summary.current_task else ""
         lines.append(f"At:      {where}{summary.current_step}")
     if summary.pending_approval:
         lines.append(
-            f"Waiting: approval of {summary.pending_approval} "
-            f"(acode approve {row.short_id} [--deny])"
+            f"Waiting: approval of {summary.pending_approval}: acode approve {row.short_id} "
+            "(add --deny to refuse)"
         )
     if usage is not None and usage.calls:
         lines.append(f"Model:   {usage_line(usage)}")
@@ -211,9 +219,9 @@ def print_history(events: list[Event], as_json: bool) -> None:
 
 
 def _where(preview: ResumePreview) -> str:
-    c = preview.continuation
-    if c is not None and c.resume_task_number is not None:
-        return f"Task {c.resume_task_number}, Step {c.resume_step_number}"
+    at = preview.resume_at
+    if at is not None:
+        return at.describe()
     s = preview.summary
     return f"step {s.next_position + 1}" if s.current_step else "the start"
 
@@ -225,6 +233,10 @@ def preview_json(preview: ResumePreview) -> dict[str, Any]:
     data["state"] = preview.summary.state.value
     data["title"] = preview.row.title
     data["resume_at"] = _where(preview)
+    at, last = preview.resume_at, preview.last_completed
+    data["resume_position"] = at.to_dict() if at is not None else None
+    data["last_completed"] = last.to_dict() if last is not None else None
+    data["work_time"] = preview.work_time.to_dict() if preview.work_time is not None else None
     if preview.continuation is not None:
         data["continuation"] = preview.continuation.to_dict()
     return data
@@ -352,6 +364,44 @@ def _agent_lines(preview: ResumePreview) -> list[str]:
     ]
 
 
+def duration_text(us: int) -> str:
+    """ "0.4s", "42s", "90 min", "3 h 05 min": as precise as a person reads it."""
+    seconds = us / 1e6
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 60:
+        return f"{round(seconds)}s"
+    minutes = round(seconds / 60)
+    if minutes < 120:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _time_line(work: WorkTime | None) -> list[str]:
+    """What the completed steps took, as recorded, and the estimate of the rest."""
+    if work is None:
+        return []
+    took = duration_text(work.completed_us)
+    done = f"{count(work.completed_steps, 'completed step')} took {took}"
+    estimate = work.remaining_estimate_us
+    if work.remaining_steps is None:
+        rest = "the remaining: unknown (the model decides the steps to come)"
+    elif estimate is None:
+        rest = f"the {work.remaining_steps} remaining: unknown (no step completed yet)"
+    else:
+        rest = (
+            f"the {work.remaining_steps} remaining: about {duration_text(estimate)} at their mean"
+        )
+    return [f"  Time: {done}; {rest}"]
+
+
+def _last_checkpoint(preview: ResumePreview) -> str:
+    last = preview.last_completed
+    if last is None:
+        return "the start (no step completed yet)"
+    return last.describe()
+
+
 def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> None:
     if as_json:
         emit_json({**preview_json(preview), "event": "resume_preview" if dry_run else "resuming"})
@@ -367,9 +417,10 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
         lines = [
             f"Would resume session {short}: {preview.row.title}",
             f"  Current state: {s.state.value}",
-            f"  Last checkpoint: {preview.checkpoint_id} (event {s.seq})",
+            f"  Last checkpoint: {_last_checkpoint(preview)}",
             f"  Skipping: {count(s.steps_completed, 'step')} (complete)",
             f"  Remaining: {remaining + ', ' if remaining else ''}from {_where(preview)}",
+            *_time_line(preview.work_time),
         ]
         if c is not None and c.in_progress:
             lines.append(f"  In progress: {c.in_progress} ({c.in_progress_action})")
@@ -393,8 +444,9 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
             if c.in_progress:
                 lines.append(f"  In progress: {c.in_progress} -> {c.in_progress_action}")
         lines += _agent_lines(preview)
-        left = f" ({remaining} remaining)" if remaining else ""
+        left = f"; {remaining} remaining" if remaining else ""
         lines.append(f"  Starting from: {_where(preview)}{left}")
+        lines += _time_line(preview.work_time)
         # Every resume says what it checked (001's manual), and a rollback what it
         # reverts before it is done.
         lines += environment_lines(preview)

@@ -14,6 +14,7 @@ from acode.cli.console import count, emit_json, out_console
 if TYPE_CHECKING:
     from acode.domain.work import Task, WorkSession
     from acode.runtime.lifecycle import Workspace
+    from acode.work.engine_output import EngineTurn
     from acode.work.sessions import Started, TurnRunner
 
 __all__ = ["settings_app", "task_app", "work_app", "wsession_app"]
@@ -244,7 +245,7 @@ def _runner(ws: Workspace) -> TurnRunner | None:
 
 
 def _started_json(started: Started) -> dict[str, Any]:
-    return {
+    data = {
         **started.wsession.to_dict(),
         "cookie": started.wsession.id,
         "turns": [
@@ -252,34 +253,71 @@ def _started_json(started: Started) -> dict[str, Any]:
             for how, t in started.turns
         ],
     }
+    if started.asked is not None:
+        data["resumed_from"] = started.asked or None  # aider's "" is its chat history
+    return data
 
 
 def _started_lines(started: Started, verb: str) -> list[str]:
     w, task = started.wsession, started.task
-    lines = [f"[WORK] {verb} work session for task: {task.id} ({task.title})"]
-    lines.append(f"[WORK] Work session ID: {w.id}")
+    if verb == "Resuming":
+        lines = [f"[WORK] Resuming work session: {w.id}", f"[WORK] Task: {task.id} ({task.title})"]
+    else:
+        lines = [f"[WORK] {verb} work session for task: {task.id} ({task.title})"]
+        lines.append(f"[WORK] Work session ID: {w.id}")
     if w.parent_wsession_id:
         lines.append(f"[WORK] Parent work session: {w.parent_wsession_id}")
     lines.append(f"[WORK] Cookie: {w.id}")
+    if verb == "Resuming":
+        lines += _subtask_lines(w)
     for how, turn in started.turns:
-        label = {
-            "new": "AI session ID",
-            "resumed": "AI session (resumed)",
-            "resume_failed": "Attempting resume... FAILED",
-            "rebuilt": "Fallback: new AI session, context rebuilt from the record",
-        }[how]
-        if how == "resume_failed":
-            lines.append(f"[WORK] {label}: {turn.detail}")
-        elif turn.ok:
-            lines.append(f"[WORK] {label}: {turn.session_id or '(the engine keeps no id)'}")
-        else:  # the error that follows says why
-            lines.append(f"[WORK] {label}: none, the engine failed")
-        if turn.text:
-            lines += ["", *turn.text.splitlines()[-20:], ""]
+        lines += _turn_lines(how, turn, started)
     if not started.turns:
         lines.append("[WORK] Hands-off mode: run your engine with this prompt, then record")
         lines.append(f"       breadcrumbs with --cookie {w.id}.")
     return lines
+
+
+def _subtask_lines(w: WorkSession) -> list[str]:
+    """The subtasks, as step 6 of the specification shows them on resume."""
+    lines = []
+    for status, label in (("completed", "completed"), ("active", "in progress")):
+        ids = [s.task_id for s in w.subtasks if s.status == status]
+        if ids:
+            lines.append(f"[WORK] Subtasks {label}: {len(ids)} ({', '.join(ids)})")
+    return lines or ["[WORK] Subtasks: none"]
+
+
+def _turn_lines(how: str, turn: EngineTurn, started: Started) -> list[str]:
+    asked = started.asked or "(its chat history)"
+    failed = "none, the engine failed"  # the error that follows says why
+    if how == "new":
+        lines = [f"[WORK] AI session ID: {_engine_id(turn) if turn.ok else failed}"]
+    elif how == "resumed":
+        lines = [f"[WORK] AI session: {_engine_id(turn)} (resumed)"]
+    elif how == "resume_failed":
+        reason = f"AI session {asked} no longer available: " if turn.forgotten else ""
+        lines = [
+            f"[WORK] AI session: {asked}",
+            "[WORK] Attempting resume... FAILED",
+            f"[WORK] Error: {reason}{turn.detail}",
+        ]
+        if turn.forgotten:  # its text is the error above; the fallback follows
+            return [*lines, ""]
+    else:  # rebuilt
+        lines = [] if started.asked is not None else ["[WORK] AI session: none recorded", ""]
+        lines += [
+            "[WORK] Fallback: new AI session, context rebuilt from the record",
+            f"[WORK] New AI session ID: {_engine_id(turn) if turn.ok else failed}",
+            f"[WORK] Cookie: {started.wsession.id} (unchanged)",
+        ]
+    if turn.text:
+        lines += ["", *turn.text.splitlines()[-20:], ""]
+    return lines
+
+
+def _engine_id(turn: EngineTurn) -> str:
+    return turn.session_id or "(the engine keeps no id)"
 
 
 @work_app.command("task")
@@ -299,13 +337,16 @@ def work_task(
 
 
 def _engine(ws: Workspace, engine: str | None, command: str) -> str:
+    import shlex
+
     from acode.domain.config import ENGINE_NAMES
     from acode.errors import UsageError
 
-    chosen = engine or ws.config.work_engine
+    chosen = ws.config.work_engine if engine is None else engine
     if chosen not in ENGINE_NAMES:
         raise UsageError(
-            f"--engine {chosen}: unknown engine; the engines are {', '.join(ENGINE_NAMES)}",
+            f"--engine {shlex.quote(chosen)}: unknown engine; "
+            f"the engines are {', '.join(ENGINE_NAMES)}",
             hint=f"choose one of them; what each needs: acode work {command} --help",
         )
     return chosen
@@ -348,7 +389,8 @@ def work_spawn(
     from acode.work.sessions import spawn_work
 
     ws = _ws(workspace)
-    started = spawn_work(ws, from_task, title, engine and _engine(ws, engine, "spawn"), _runner(ws))
+    chosen = None if engine is None else _engine(ws, engine, "spawn")
+    started = spawn_work(ws, from_task, title, chosen, _runner(ws))
     if not as_json:
         _say(
             [f"[WORK] Spawning subtask from {from_task}", f"[WORK] Created task: {started.task.id}"]

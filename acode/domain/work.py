@@ -28,6 +28,7 @@ __all__ = [
     "breadcrumb_id",
     "next_task_id",
     "parse_breadcrumb",
+    "parse_summary",
     "parse_task",
 ]
 
@@ -190,6 +191,24 @@ def parse_breadcrumb(raw: str) -> dict[str, Any]:
     if problem:
         raise _contract(problem)
     return {"message": text, "kind": "note"}
+
+
+def parse_summary(raw: str) -> str:
+    """A closed work session's summary (``--summary``), stripped; "" when none was given.
+    A subtask's becomes a breadcrumb of its parent, so it is held to a text message's
+    rules. Raises UsageError naming what is wrong."""
+    text = raw.strip()
+    if len(text) > MAX_BREADCRUMB_CHARS:
+        problem: str | None = f"{len(text)} characters, at most {MAX_BREADCRUMB_CHARS}"
+    else:
+        problem = text_problem(text, "the summary", lines=True)
+    if problem:
+        raise UsageError(
+            f"--summary: {problem}",
+            hint='give printable text, e.g. --summary "Y provides validate and sanitize"; '
+            "nothing was written",
+        )
+    return text
 
 
 def _text_problem(text: str) -> str | None:

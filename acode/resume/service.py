@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType
 from acode.domain.kinds import StepKind
+from acode.domain.position import Position, position_in
 from acode.domain.reducer import SessionSummary, StepStatus
 from acode.domain.states import SessionState, is_terminal
+from acode.domain.timing import WorkTime
 from acode.errors import (
     AcodeError,
     CheckpointError,
@@ -80,7 +82,16 @@ __all__ = [
 
 
 class ResumePreview(NamedTuple):
-    """What a resume would do, found before it does anything (``--dry-run``)."""
+    """What a resume would do, found before it does anything: what `acode resume
+    --dry-run` shows, as values.
+
+    ``row`` and ``summary`` are the session and its state at its newest checkpoint
+    (``summary.steps_completed``, ``summary.total_steps``: None for an agent's), ``plan``
+    and ``continuation`` what a plan session skips, what was in progress and what
+    remains, ``environment`` the report of the checks (``environment.valid``),
+    ``resume_at`` and ``last_completed`` where it goes on and the last step done,
+    ``work_time`` how long the completed steps took and the estimate of the rest.
+    """
 
     row: SessionRow
     summary: SessionSummary
@@ -90,6 +101,21 @@ class ResumePreview(NamedTuple):
     environment: EnvironmentReport | None = None
     sync: SyncStatus | None = None  # None: no remote configured
     agent: AgentRecord | None = None  # an agent session's task and flags
+    # The newest completed step (None: none yet), where it is in the plan.
+    last_completed: Position | None = None
+    # How long the completed steps took, and an estimate of the rest.
+    work_time: WorkTime | None = None
+
+    @property
+    def resume_at(self) -> Position | None:
+        """The step the resume starts from (None: the session is at its start, or it
+        has no plan to tell the next step by)."""
+        c, plan = self.continuation, self.plan
+        if plan is None or c is None or c.resume_task_number is None:
+            return None
+        assert c.resume_step_number is not None
+        step = plan.tasks[c.resume_task_number - 1].steps[c.resume_step_number - 1]
+        return position_in(plan, step.id)
 
     def log_record(self) -> dict[str, object]:
         """The `session_resume` record of the specification."""
@@ -155,7 +181,7 @@ def _refuse(journal: Journal) -> None:
     if is_terminal(summary.state):
         raise TerminalStateError(
             f"cannot resume session {row.short_id}: it is {summary.state.value}",
-            hint=f'terminal sessions never run again; start a new one: acode run "{row.title}"',
+            hint=f"terminal sessions never run again; {_start_again(journal)}",
         )
     if row.kind in LEDGER_KINDS:
         raise UsageError(
@@ -168,6 +194,53 @@ def _refuse(journal: Journal) -> None:
             f"session {row.short_id} was discarded",
             hint=f"its history stays readable: acode session history {row.short_id}",
         )
+
+
+def _start_again(journal: Journal) -> str:
+    """How to start the work of a finished session anew, as a command that works when
+    pasted here: a plan session's plan file, an agent session's task, quoted for the
+    shell, with the workspace named when the current directory is outside it."""
+    import shlex
+
+    created = journal.history.event(1).payload
+    kind = _kind(journal)
+    where = _workspace_option(journal.row.workspace)
+    if kind == "agent":
+        task = created.get("task", journal.row.title)
+        return f"start a new one: acode run {shlex.quote(str(task))}{where}"
+    if kind == "plan":
+        plan_file = created.get("plan_file")
+        if isinstance(plan_file, str) and Path(plan_file).is_file():
+            shown = shlex.quote(_shown(plan_file))
+            return f"start a new one from its plan file: acode run {shown}{where}"
+        return (
+            f"start a new one from the plan file of {journal.row.title!r}: "
+            f"acode run PLAN.yaml{where}"
+        )
+    if kind in LEDGER_KINDS:
+        return "new work starts with the commands of `acode work --help`"
+    return "start a new one: run the program that started it again (acode.open_session)"
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the current directory when it is below it."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except (ValueError, OSError):  # elsewhere, or the current directory is gone
+        return path
+
+
+def _workspace_option(workspace: str) -> str:
+    """`` --workspace DIR`` when a command run here would not find ``workspace``."""
+    import shlex
+
+    try:
+        here = Path.cwd()
+    except OSError:
+        here = None
+    if here is not None and here.is_relative_to(workspace):
+        return ""
+    return f" --workspace {shlex.quote(workspace)}"
 
 
 def _cut_short(journal: Journal, paths: StatePaths, later: int | None = None) -> None:
@@ -205,7 +278,10 @@ def _kind(journal: Journal) -> str:
     return journal.row.kind if journal.row.kind in ("library", *LEDGER_KINDS) else "library"
 
 
-def _preview(journal: Journal, config: AcodeConfig) -> ResumePreview:
+def _preview(journal: Journal, config: AcodeConfig, *, shown: bool = True) -> ResumePreview:
+    """``shown``: with what only a person reads (the last step done, the work's time),
+    which a program resuming its own session does without: the time is read from every
+    event, and recovery must cost the same at any length."""
     row, history, summary = journal.row, journal.history, journal.summary
     assert summary is not None
     plan = recorded_plan(history, row, summary)
@@ -214,6 +290,13 @@ def _preview(journal: Journal, config: AcodeConfig) -> ResumePreview:
         from acode.domain.continuation import plan_continuation
 
         continuation = plan_continuation(plan, _plan_statuses(journal, plan, summary))
+    last_completed = work_time = None
+    if shown:
+        last_completed = _last_completed(journal.store, row, plan, continuation)
+        completed, took_us = journal.store.step_times(row)
+        total = summary.total_steps
+        remaining = None if total is None else total - summary.steps_completed
+        work_time = WorkTime(completed, took_us, remaining)
     return ResumePreview(
         row,
         summary,
@@ -222,7 +305,32 @@ def _preview(journal: Journal, config: AcodeConfig) -> ResumePreview:
         continuation,
         sync=sync_status(journal.store, row, config.sync.remote),
         agent=recorded_agent(history, row),
+        last_completed=last_completed,
+        work_time=work_time,
     )
+
+
+def _last_completed(
+    store: SqliteStore, row: SessionRow, plan: Plan | None, c: ContinuationPlan | None
+) -> Position | None:
+    """The completed step of the highest position: a plan's from its continuation (the
+    signed history's), any other's read backwards from the end of the history, a few
+    events at any length. Only shown: an event that does not decode is not this
+    function's to report (the replay that reads it refuses it), and gives None."""
+    if plan is not None and c is not None:
+        return position_in(plan, c.skipped_steps[-1]) if c.skipped_steps else None
+    count = 4
+    while True:
+        try:
+            newest = store.newest_steps(row, count)
+        except (ValueError, TypeError, KeyError):
+            return None
+        done = [s for s in newest if s.status is StepStatus.COMPLETED]
+        if done:
+            return position_in(plan, done[-1].step_id, done[-1].task_id)
+        if len(newest) < count:
+            return None
+        count *= 8
 
 
 def _plan_statuses(journal: Journal, plan: Plan, summary: SessionSummary) -> dict[str, StepStatus]:
@@ -380,7 +488,16 @@ def preview_resume(
     clock: Clock | None = None,
     verify: bool = False,
 ) -> ResumePreview:
-    """What `resume` would do, with the environment report; no lock, no writes."""
+    """What `acode resume` would do with the session ``id_or_prefix`` of ``workspace``
+    (default: the most recently updated resumable one), with the environment report:
+    what `acode resume --dry-run` shows, as a ResumePreview. Takes no lock and writes
+    nothing, so it works while another process runs the session.
+
+    It runs the checks a resume runs before its first write, and raises what the resume
+    would: NothingToResumeError (no such session, or none resumable; discarded),
+    TerminalStateError (COMPLETED, FAILED, CANCELLED), CheckpointError (a history that
+    fails its checks). A changed environment does not raise: ``environment`` says what
+    changed. ``verify`` replays the whole history first (`--verify`)."""
     began = time.time_ns()
     ws = _existing(workspace, None)
     store = open_store(ws.paths.db, ws.config.durability)
@@ -414,7 +531,9 @@ def _judge(
     action: ChangedFilesAction,
     ask: Callable[[ResumePreview], bool] | None,
 ) -> None:
-    """Refuse, with everything found, unless it is safe or the person said go on."""
+    """Refuse, with everything found, unless it is safe or the person said go on:
+    ``force`` goes on past a changed configuration (past changed files, ``action``
+    decides), never past a missing workspace or model."""
     env = preview.environment
     if env is None:
         return
@@ -428,8 +547,8 @@ def _judge(
         changes = ", ".join(f"{c.key}: {c.recorded!r} -> {c.current!r}" for c in env.config)
         raise EnvironmentValidationError(
             f"the configuration changed since session {short} started: {changes}",
-            hint="restore .agent/config.yml, or resume with --force to continue with the "
-            "new configuration",
+            hint="restore .agent/config.yml, or continue with the new configuration: "
+            f"acode resume {short} --force",
         )
     # A change no step still to run touches is reported (and logged), never asked about.
     if not env.blocking or action == "continue":
@@ -439,8 +558,8 @@ def _judge(
     listing = "; ".join(_listed(c) for c in env.blocking)
     raise EnvironmentValidationError(
         f"files of session {short} changed since it stopped: {listing}",
-        hint="review them (`acode resume --dry-run`), then resume with --continue-on-changes, "
-        "or restore them; nothing was changed",
+        hint=f"review them (`acode resume {short} --dry-run`), restore them, or keep them "
+        f"and go on: acode resume {short} --continue-on-changes",
     )
 
 
@@ -460,7 +579,10 @@ def _problem_hint(env: EnvironmentReport, short: str) -> str:
             f"run: acode resume {short} (--force does not skip this check: the rest of the "
             "session needs the model)"
         )
-    return "fix what is listed, then run `acode resume` again; nothing was changed"
+    return (
+        f"fix what is listed, then run `acode resume {short}` again (--force does not go past "
+        "this); nothing was changed"
+    )
 
 
 def resume_session(
@@ -484,7 +606,10 @@ def resume_session(
 
     ``config`` is the configuration as it is now (default: the workspace's
     `.agent/config.yml`); it must equal the one the session started with unless
-    ``force``, and the session runs on with the recorded one."""
+    ``force``, and the session runs on with the recorded one. ``force`` resumes despite
+    the environment report: with the configuration as it is now, and with changed files
+    as they are unless ``changed_files_action`` is "abort"; never without the workspace
+    or the model."""
     clock = clock or SystemClock()
     ws: Workspace = _existing(workspace, config)
     try:
@@ -566,7 +691,7 @@ def _resume(
         recorded = recorded_config(row, journal.history)
         if verify:
             verify_history(store, row, signer)
-        preview = _preview(journal, ws.config)
+        preview = _preview(journal, ws.config, shown=on_preview is not None)
         # With --force the person chose the configuration as it is now.
         config = current_config(journal.history, row, ws.config) if force else recorded
         strategy = strategy or config.resume.in_progress_strategy
@@ -574,10 +699,13 @@ def _resume(
             preview = _environment(
                 journal, ws, preview, config, strategy=strategy, fresh_after_ns=fresh_after
             )
+        # --force is "resume despite the environment report": past changed files too,
+        # unless the caller said abort in so many words.
+        action = changed_files_action or ("continue" if force else None)
         _judge(
             preview,
             force=force,
-            action=changed_files_action or config.resume.changed_files_action,
+            action=action or config.resume.changed_files_action,
             ask=ask_about_changes,
         )
         if on_preview is not None:

@@ -104,6 +104,7 @@ def open_session(
     config: AcodeConfig | None = None,
     *,
     plan: Plan | None = None,
+    plan_file: Path | None = None,
     agent_task: str | None = None,
     overrides: Mapping[str, object] | None = None,
     ledger: str | None = None,
@@ -117,7 +118,8 @@ def open_session(
 
     ``agent_task`` makes it an agent session (`acode run "task"`), which records the
     task and the ``overrides`` (``{"section.key": value}``, from command-line flags)
-    that were applied to ``config``, so that resume applies them again. ``ledger``
+    that were applied to ``config``, so that resume applies them again. ``plan_file``,
+    the file ``plan`` was read from, is recorded to name it when the session is over. ``ledger``
     ("work" or "tasks") makes it a session that later commands append to
     (``acode.work.ledger``)."""
     # Loaded here, not with this module: the commands that only read sessions and the
@@ -143,7 +145,9 @@ def open_session(
             config_json=canonical_json(config_to_dict(session_config(ws.config))),
             config_hash=config_hash(session_config(ws.config)),
             parent_id=parent_id,
-            entries=_first_events(title, ws, kind, plan, parent_id, agent_task, overrides),
+            entries=_first_events(
+                title, ws, kind, plan, plan_file, parent_id, agent_task, overrides
+            ),
             clock=clock,
             signer=signer,
         )
@@ -172,6 +176,7 @@ def _first_events(
     ws: Workspace,
     kind: str,
     plan: Plan | None,
+    plan_file: Path | None,
     parent_id: str | None,
     agent_task: str | None,
     overrides: Mapping[str, object] | None,
@@ -185,6 +190,8 @@ def _first_events(
     }
     if parent_id:
         created["parent_id"] = parent_id
+    if plan_file is not None:
+        created["plan_file"] = str(plan_file.resolve())
     if agent_task is not None:
         created["task"] = agent_task
         created["overrides"] = dict(overrides or {})

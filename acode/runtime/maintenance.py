@@ -39,8 +39,8 @@ def unlock_session(workspace: Path, id_or_prefix: str, *, force: bool) -> LockOw
         raise SessionLockedError(
             f"session {row.short_id} is locked by "
             f"{owner.describe() if owner else 'a running process'}, which is still running",
-            hint="stop that process (Ctrl+C pauses it cleanly); use --force only if you are "
-            "sure it no longer works on this session",
+            hint="stop that process (Ctrl+C pauses it cleanly); only if you are sure it no "
+            f"longer works on this session: acode session unlock {row.short_id} --force",
         )
     return force_unlock(paths.locks, row.id)
 

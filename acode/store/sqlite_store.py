@@ -123,6 +123,15 @@ SELECT_MODEL_RESULTS = (
     " json_extract(payload, '$.kind') = 'model' AND json_type(payload, '$.result') = 'object'"
     " END ORDER BY id"
 )
+# How many steps completed, and the sum of their durations: each from the event before
+# its completion (its start, or for a step that completed in its first write, whatever
+# came before it) to the completion. One pass over the session's rows, each joined to
+# its predecessor by key; no payload is decoded.
+SELECT_STEP_TIMES = (
+    "SELECT count(*), coalesce(sum(e.ts - p.ts), 0) FROM events AS e"
+    " JOIN events AS p ON p.id = e.id - 1"
+    " WHERE e.id > ? AND e.id < ? AND e.type = 'step_completed'"
+)
 SELECT_UNFINISHED_STEPS = (
     f"SELECT {_STEP_COLUMNS} FROM steps WHERE id >= ? AND id < ?"
     " AND status IN ('in_progress', 'rolled_back', 'failed') ORDER BY id"
@@ -583,6 +592,12 @@ class SqliteStore:
         ``after_seq`` up to ``upto_seq`` included, in order."""
         bounds = (key(session.sid, after_seq), key(session.sid, upto_seq + 1))
         return [json.loads(r[0]) for r in self.conn.execute(SELECT_MODEL_RESULTS, bounds)]
+
+    def step_times(self, session: SessionRow) -> tuple[int, int]:
+        """The number of completed steps and the sum of their recorded durations (µs)."""
+        bounds = (key(session.sid, 0), key(session.sid + 1, 0))
+        count, total = self.conn.execute(SELECT_STEP_TIMES, bounds).fetchone()
+        return int(count), int(total)
 
     def has_step_id(self, sid: int, step_id: str) -> bool:
         """Whether the step id ledger holds ``step_id``: one seek, at any history length."""

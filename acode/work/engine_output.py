@@ -13,7 +13,10 @@ The rules come from running the real CLIs offline (shared/notes/engines-offline.
   conversation found" (or a value that is no session) means the session is forgotten.
 - Aider has no session id and exits 0 even when the model never answered: the turn is good
   only when its "Tokens: ... sent, ... received." line follows the last error it printed.
-- ``command``: any program; stdout is the answer, a non-zero exit a failure.
+- ``command``: any program; stdout is the answer, a non-zero exit a failure. A program
+  has no way to say why it failed, so a non-zero exit when asked to resume counts as
+  forgotten: the caller then tries a new session, which fails the same way if the cause
+  was something else (a server that is down), and the recorded session stays.
 
 ``session_id`` is set only on an ``ok`` turn (aider's is always None). A forgotten turn is
 never ``ok``: the turn the caller asked for (in that session) did not
@@ -248,15 +251,18 @@ def parse_aider(stdout: str, stderr: str, returncode: int, *, asked: str | None)
 # -- command ---------------------------------------------------------------------------------
 
 
-def parse_command(stdout: str, stderr: str, returncode: int, *, session_id: str) -> EngineTurn:
-    """Read any command: its stdout is the answer; ``session_id`` is the one acode gave it."""
+def parse_command(
+    stdout: str, stderr: str, returncode: int, *, session_id: str, asked: str | None = None
+) -> EngineTurn:
+    """Read any command: its stdout is the answer; ``session_id`` is the one acode gave it,
+    ``asked`` the one it was asked to resume (None for a new session)."""
     if returncode == 0:
         return EngineTurn(session_id, True, False, shorten(stdout), "command exited 0")
     error = stderr.strip() or stdout.strip() or f"exit {returncode}"
     return EngineTurn(
         None,
         False,
-        False,
+        asked is not None,
         shorten(error),
         f"command failed (exit {returncode}): {_one_line(_last_line(error))}",
     )

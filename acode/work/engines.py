@@ -295,7 +295,10 @@ def _command_turn(
     if isinstance(outcome, str):
         return EngineTurn(None, False, False, f"command: {outcome}", f"command {outcome}")
     stdout, stderr, returncode = outcome
-    return parse_command(stdout, stderr, returncode, session_id=session_id)
+    # A timeout or a program that cannot start (above) is no forgotten session: a new one
+    # would fail the same way.
+    asked = given_id or None
+    return parse_command(stdout, stderr, returncode, session_id=session_id, asked=asked)
 
 
 def _command_words(settings: EngineSettings) -> list[str]:

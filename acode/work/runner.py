@@ -137,10 +137,10 @@ def _agent_turn(ws: Workspace, prompt: str, resume: str | None, env: dict[str, s
     text = str(last.get("message") or done.stderr.strip())[-4000:]
     if resume is not None and done.returncode in (14, 15):
         return EngineTurn(None, False, True, text, f"agent session {resume} cannot continue")
-    return EngineTurn(
-        started or resume,
-        done.returncode == 0,
-        False,
-        text,
-        f"acode agent session {started or resume}: exit {done.returncode}",
-    )
+    session = started or resume
+    if session is None:  # `acode run` stopped before its session began: its error says why
+        why = text.splitlines()[0] if text else "no output"
+        detail = f"acode run failed (exit {done.returncode}): {why.removeprefix('error ')}"
+    else:
+        detail = f"acode agent session {session}: exit {done.returncode}"
+    return EngineTurn(session, done.returncode == 0, False, text, detail)

@@ -30,19 +30,19 @@ from acode.domain.work import (
     WorkSession,
     breadcrumb_id,
     parse_breadcrumb,
+    parse_summary,
 )
 from acode.errors import (
     AcodeError,
+    AmbiguousSessionError,
     CheckpointError,
     CookieError,
     ErrorCode,
-    SessionNotFoundError,
     TerminalStateError,
     UsageError,
     WorkNotFoundError,
 )
 from acode.runtime.beneath import Beneath
-from acode.runtime.catalog import find_session
 from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, now_iso, open_session
@@ -53,7 +53,7 @@ from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
 from acode.work.ledger import append_to, held, recorded_results, verified
 from acode.work.prompts import rebuilt_prompt, resume_prompt, start_prompt
-from acode.work.tasks import add_task, find_task, list_tasks, set_task_status
+from acode.work.tasks import TASKS_DIR, add_task, find_task, list_tasks, set_task_status
 
 if TYPE_CHECKING:
     from acode.work.engine_output import EngineTurn
@@ -100,11 +100,13 @@ class TurnRunner(Protocol):
 @dataclass(frozen=True)
 class Started:
     """What a command that ran the engine did: the work session after it, and each turn
-    with how it began ("new", "resumed", "rebuilt", "resume_failed")."""
+    with how it began ("new", "resumed", "rebuilt", "resume_failed"), and the engine
+    session a resume asked for (None when it had none to ask for)."""
 
     wsession: WorkSession
     task: Task
     turns: tuple[tuple[str, EngineTurn], ...] = ()
+    asked: str | None = None
 
 
 def _now() -> str:
@@ -119,16 +121,23 @@ def _store(ws: Workspace) -> SqliteStore:
 
 
 def _work_row(store: SqliteStore, id_or_prefix: str) -> SessionRow:
-    try:
-        row = find_session(store, id_or_prefix)
-    except SessionNotFoundError:
-        row = None
-    if row is None or row.kind != _KIND:
+    """The work session ``id_or_prefix`` names. The ids of other sessions (the task list,
+    agent runs) share its form but are no work session's: a prefix is matched against work
+    sessions only, and what names none points at `acode work list`."""
+    prefix = id_or_prefix.strip().lower()
+    matches = [r for r in store.sessions() if r.kind == _KIND and r.id.startswith(prefix)]
+    if not prefix or not matches:
         raise WorkNotFoundError(
             f"no work session {id_or_prefix!r}",
             hint="`acode work list` shows the work sessions",
         )
-    return row
+    if len(matches) > 1:
+        raise AmbiguousSessionError(
+            f"{id_or_prefix!r} matches {len(matches)} work sessions: "
+            f"{', '.join(m.short_id for m in matches[:10])}",
+            hint="give more characters of the id; `acode work list` shows them",
+        )
+    return matches[0]
 
 
 def _load(ws: Workspace, store: SqliteStore, row: SessionRow, signer: Signer) -> WorkSession:
@@ -344,7 +353,8 @@ def _startable(ws: Workspace, task_id: str) -> Task:
     if task.status is TaskStatus.DONE:
         raise UsageError(
             f"{task.id} is done",
-            hint=f'reopen it by editing {task.id}.json, or add a new task: acode task add "..."',
+            hint=f'reopen it (set "status" to "todo" in {TASKS_DIR.as_posix()}/{task.id}.json), '
+            f'or add a new task: acode task add "..."',
         )
     return task
 
@@ -478,35 +488,43 @@ def resume_work(ws: Workspace, id_or_prefix: str, run_turn: TurnRunner | None) -
         wsession = _record_turn(ws, wsession.id, how, turn)
         turns.append((how, turn))
         if turn.ok or not turn.forgotten:
-            return Started(wsession, task, tuple(turns))
+            return Started(wsession, task, tuple(turns), known)
     turn = _turn(run_turn, rebuilt_prompt(task, wsession), None, wsession)
     wsession = _record_turn(ws, wsession.id, "rebuilt", turn)
     turns.append(("rebuilt", turn))
-    return Started(wsession, task, tuple(turns))
+    return Started(wsession, task, tuple(turns), known)
 
 
 # -- breadcrumbs -------------------------------------------------------------------------
 
 
-def _checked_cookie(ws: Workspace, cookie: str | None, expected: str | None) -> WorkSession:
+def _checked_cookie(
+    ws: Workspace, cookie: str | None, expected: str | None, *, listing: bool = False
+) -> WorkSession:
     """The active work session ``cookie`` names; anything else is refused, naming the
     cookie expected and the one received."""
     sessions = list_work_sessions(ws)
     active = [w.id for w in sessions if w.status == "active"]
     want = expected or (", ".join(active) if active else "none (no work session is active)")
+    refused = "breadcrumbs not listed" if listing else "breadcrumb rejected"
+    written = "" if listing else "; nothing was written"
     if not cookie:
+        only = expected or (active[0] if len(active) == 1 else None)
+        retry = (
+            f"acode wsession breadcrumb list --cookie {only}"
+            if listing and only
+            else "pass --cookie with the work session's id, as its prompt gives it"
+        )
         raise CookieError(
-            f"missing --cookie: expected cookie {want}; breadcrumb rejected",
-            hint="pass --cookie with the work session's id, as its prompt gives it; "
-            "nothing was written",
+            f"missing --cookie: expected cookie {want}; {refused}", hint=retry + written
         )
     found = next((w for w in sessions if w.id == cookie), None)
     status = "unknown" if found is None else f"{found.status} session"
     if found is None or found.status != "active" or (expected and cookie != expected):
         raise CookieError(
             f"cookie mismatch: expected cookie {want} (active session), received cookie "
-            f"{cookie} ({status}); breadcrumb rejected",
-            hint="use the cookie of the work session you are working in; nothing was written",
+            f"{cookie} ({status}); {refused}",
+            hint="use the cookie of the work session you are working in" + written,
         )
     return found
 
@@ -551,7 +569,7 @@ def _append_breadcrumb(
 def list_breadcrumbs(
     ws: Workspace, cookie: str | None, *, expected: str | None = None
 ) -> WorkSession:
-    return _checked_cookie(ws, cookie, expected)
+    return _checked_cookie(ws, cookie, expected, listing=True)
 
 
 # -- closing -------------------------------------------------------------------------------
@@ -567,7 +585,7 @@ def close_work(ws: Workspace, id_or_prefix: str, summary: str | None) -> WorkSes
             hint="`acode work show` shows it",
             code=ErrorCode.WORK_CLOSED,
         )
-    text = (summary or "").strip() or _default_summary(wsession)
+    text = parse_summary(summary or "") or _default_summary(wsession)
     with append_to(ws, wsession.id) as session:
         record = {"summary": text, "at": _now()}
         session.step("close", lambda ctx: record, input=record, title="close")

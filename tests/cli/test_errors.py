@@ -29,7 +29,8 @@ def test_resume_refuses_a_terminal_session_and_finds_nothing_else(acode: Cli) ->
 
     assert terminal.flat_err == (
         f"error ACODE-RESUME-002: cannot resume session {short}: it is COMPLETED "
-        'hint: terminal sessions never run again; start a new one: acode run "Tiny"'
+        "hint: terminal sessions never run again; start a new one from its plan file: "
+        "acode run plan.yml"
     )
     assert terminal.out == ""
     assert nothing.flat_err.startswith(

@@ -95,7 +95,7 @@ def test_interactive_mode_asks_before_resuming_the_only_session(
     assert shown.splitlines() == [
         "Found 1 resumable session:",
         f"  {short} - PAUSED - 'Napping'",
-        "     Paused at: main > nap",
+        "     Paused at: Task 1/1, Step 3/4 (main > nap)",
         shown.splitlines()[3],
         "Resume this session? [y/n] (y): ",
     ]

@@ -117,14 +117,18 @@ def test_scenario_01_basic_resume(acode: Cli) -> None:
     lines = resumed.out.splitlines()
     assert lines[:6] == [
         f"Resuming session {short}: Add input validation",
-        "  Loaded state: PAUSED at Task 2, Step 3",
+        "  Loaded state: PAUSED at Task 2/3, Step 3/4 (implement > nap)",
         "  Skipping: Task 1: Analyze existing code (complete)",
         "  Skipping: Task 2, Steps 1-2 (complete)",
         "  In progress: nap -> retry",
-        "  Starting from: Task 2, Step 3 (4 steps remaining)",
+        "  Starting from: Task 2/3, Step 3/4 (implement > nap); 4 steps remaining",
     ]
+    assert re.fullmatch(
+        r"  Time: 4 completed steps took \d+\.\ds; the 4 remaining: about \d+\.\ds at their mean",
+        lines[6],
+    )
     ready = lines.index("Environment ready. Resuming...")  # every resume shows its checks
-    assert lines[6] == "Validating environment..."
+    assert lines[7] == "Validating environment..."
     steps = lines[ready + 1 : -1]
     done = [re.sub(r"^  ✓ \[(\d)/8\] (\S+) > (\S+):.*", r"\1 \2 \3", line) for line in steps]
     assert done == ["5 implement nap", "6 implement i2", "7 verify v1", "8 verify v2"]
@@ -214,7 +218,7 @@ def test_scenario_04_terminal_state_rejected(acode: Cli) -> None:
     # 3. Verify: error message
     assert refused.flat_err == (
         f"error ACODE-RESUME-002: cannot resume session {short}: it is COMPLETED hint: "
-        'terminal sessions never run again; start a new one: acode run "Done already"'
+        "terminal sessions never run again; start a new one from its plan file: acode run plan.yml"
     )
     assert refused.out == ""
     assert "it is COMPLETED" in dry_run.flat_err
@@ -270,8 +274,8 @@ def test_scenario_06_environment_changed(acode: Cli) -> None:
     assert refused.code == 17, refused.describe()
     assert refused.flat_err.startswith(
         f"error ACODE-RESUME-004: files of session {short} changed since it stopped: "
-        "src/validators.py (Modified) hint: review them (`acode resume --dry-run`), then resume "
-        "with --continue-on-changes, or restore them; nothing was changed"
+        f"src/validators.py (Modified) hint: review them (`acode resume {short} --dry-run`), "
+        f"restore them, or keep them and go on: acode resume {short} --continue-on-changes"
     )
     assert preview.code == 0
     assert "  ✗ Files the session touched: 3 checked, 1 changed" in preview.out
@@ -309,11 +313,11 @@ def test_scenario_08_crash_recovery(acode: Cli) -> None:
 
     # 4. Verify: resumes from the checkpoint
     assert resumed.out.splitlines()[1:6] == [
-        "  Loaded state: EXECUTING at Task 2, Step 3",
+        "  Loaded state: EXECUTING at Task 2/3, Step 3/4 (implement > nap)",
         "  Skipping: Task 1: Analyze existing code (complete)",
         "  Skipping: Task 2, Steps 1-2 (complete)",
         "  In progress: nap -> retry",
-        "  Starting from: Task 2, Step 3 (4 steps remaining)",
+        "  Starting from: Task 2/3, Step 3/4 (implement > nap); 4 steps remaining",
     ]
     assert resumed.out.splitlines()[-1] == f"Session {short} completed: 8 steps done."
     assert _work_log(acode) == ["a1", "i1", "i2", "v1", "v2"]
@@ -367,7 +371,7 @@ def test_scenario_10_multiple_resumes(acode: Cli) -> None:
     third = acode("resume", short)
 
     # 4. Verify: works correctly
-    assert "  Loaded state: EXECUTING at Task 3, Step 1" in third.out
+    assert "  Loaded state: EXECUTING at Task 3/3, Step 1/2 (verify > nap2)" in third.out
     assert third.out.splitlines()[-1] == f"Session {short} completed: 8 steps done."
     status = acode.status(short)
     assert (status["state"], status["resumes"], status["steps_completed"]) == ("COMPLETED", 2, 8)

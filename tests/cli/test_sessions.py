@@ -147,7 +147,8 @@ def test_status_shows_the_most_recent_session_by_default(two: Two) -> None:
 
     assert lines[0] == f"Session: {two.waiting['short_id']}  ({two.waiting['id']})"
     assert "State:   AWAITING_APPROVAL (step ok awaits approval)" in lines
-    assert f"Waiting: approval of ok (acode approve {two.waiting['short_id']} [--deny])" in lines
+    waiting = two.waiting["short_id"]
+    assert f"Waiting: approval of ok: acode approve {waiting} (add --deny to refuse)" in lines
     assert "Lock:    free" in lines
 
 
@@ -243,7 +244,7 @@ def test_a_running_session_is_locked_until_forced(acode: Cli) -> None:
     kept = acode("session", "unlock", short, expect=16)
     assert f"session {short} is locked by {held_by}" in kept.flat_err
     assert "which is still running" in kept.flat_err
-    assert "--force" in kept.flat_err
+    assert kept.flat_err.endswith(f": acode session unlock {short} --force")  # pasted below
 
     forced = acode("session", "unlock", short, "--force")
 

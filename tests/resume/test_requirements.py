@@ -628,9 +628,10 @@ def test_environment_validation(cli: Cli) -> None:
     assert no_model.flat_err.startswith(
         f"error ACODE-RESUME-004: cannot resume session {session[:13]}"
     )
-    assert "hint: fix what is listed, then run `acode resume` again; nothing was changed" in (
-        no_model.flat_err
-    )
+    assert (
+        f"hint: fix what is listed, then run `acode resume {session[:13]}` again (--force does "
+        "not go past this); nothing was changed"
+    ) in no_model.flat_err
 
     with FakeOpenAI(port=port):
         (ws / "src.txt").unlink()
@@ -678,32 +679,33 @@ def test_progress_reporting(cli: Cli) -> None:
     session = _pause_run(cli, "run", "plan.yml")
     short = session[:13]
     preview = cli("resume", "--dry-run")
-    assert "  Skipping: 3 steps (complete)\n  Remaining: 3 steps, from Task 2, Step 2\n" in (
-        preview.out
-    )
+    assert (
+        "  Skipping: 3 steps (complete)\n  Remaining: 3 steps, from Task 2/2, Step 2/4 (t2 > nap)\n"
+    ) in preview.out
 
     running = cli.start("resume")
-    shown = _lines_while_running(running, 12)
+    shown = _lines_while_running(running, 13)
     assert running.proc.poll() is None  # still waiting at the gate
     (ws / "go").touch()
     rest = cli.finish(running, expect=0).out.splitlines()
 
     assert shown[:6] == [
         f"Resuming session {short}: Progress",
-        "  Loaded state: PAUSED at Task 2, Step 2",
+        "  Loaded state: PAUSED at Task 2/2, Step 2/4 (t2 > nap)",
         "  Skipping: Task 1: First (complete)",
         "  Skipping: Task 2, Step 1 (complete)",
         "  In progress: nap -> retry",
-        "  Starting from: Task 2, Step 2 (3 steps remaining)",
+        "  Starting from: Task 2/2, Step 2/4 (t2 > nap); 3 steps remaining",
     ]
-    assert shown[6:11] == [
+    assert shown[6].startswith("  Time: 3 completed steps took ")
+    assert shown[7:12] == [
         "Validating environment...",
         "  ✓ Working directory exists",
         "  ✓ Files the session touched: 3 checked, unchanged",
         "  ✓ Configuration unchanged",
         "Environment ready. Resuming...",
     ]
-    assert shown[11].startswith("  ✓ [4/6] t2 > nap: run: ")
+    assert shown[12].startswith("  ✓ [4/6] t2 > nap: run: ")
     assert rest[0].startswith("  ✓ [5/6] t2 > gate: run: until [ -e go ]")
     assert rest[1].startswith("  ✓ [6/6] t2 > d: write: d.txt (")
     assert rest[2:] == [f"Session {short} completed: 6 steps done."]

@@ -480,6 +480,15 @@ def test_command_ok_and_failed() -> None:
     failed = parse_command("partial", "boom\ntraceback end\n", 2, session_id="w1")
     assert (failed.session_id, failed.ok, failed.text) == (None, False, "boom\ntraceback end")
     assert failed.detail == "command failed (exit 2): traceback end"
+    assert not failed.forgotten  # a new session: there was nothing to forget
+
+
+def test_a_command_that_fails_when_asked_to_resume_has_forgotten() -> None:
+    failed = parse_command("", "no session w1\n", 4, session_id="w1", asked="w1")
+    assert (failed.session_id, failed.ok, failed.forgotten) == (None, False, True)
+    assert failed.detail == "command failed (exit 4): no session w1"
+    resumed = parse_command("again\n", "", 0, session_id="w1", asked="w1")
+    assert (resumed.session_id, resumed.ok, resumed.forgotten) == ("w1", True, False)
 
 
 # -- shortening --------------------------------------------------------------------------------

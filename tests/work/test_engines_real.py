@@ -300,6 +300,22 @@ def test_the_command_engine_fails_on_a_non_zero_exit(tmp_path: Path) -> None:
     assert "exit 3" in turn.detail
 
 
+def test_a_command_that_fails_on_resume_has_forgotten_one_that_cannot_run_has_not(
+    tmp_path: Path,
+) -> None:
+    place = Place(tmp_path)
+    refused = _resume("command", EngineSettings(command=_ECHO), place, "wid-1", "fail now")
+    broken = tmp_path / "no-program"
+    broken.write_text("print('never runs')\n", encoding="utf-8")
+    broken.chmod(0o755)  # no #! line: exec refuses it
+    unstartable = _resume("command", EngineSettings(command=str(broken)), place, "wid-1", "x")
+
+    assert (refused.ok, refused.forgotten, refused.session_id) == (False, True, None)
+    assert "exit 3" in refused.detail
+    assert (unstartable.ok, unstartable.forgotten) == (False, False)
+    assert "could not be started" in unstartable.detail
+
+
 def test_a_time_out_kills_the_whole_process_group(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild.pid"
     command = f"sh -c 'sleep 60 & echo $! > {pid_file}; wait'"

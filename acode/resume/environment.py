@@ -351,6 +351,9 @@ def config_changes(recorded: AcodeConfig, current: AcodeConfig) -> list[ConfigCh
 # a local server lists its models in milliseconds, and a resume is not refused because
 # the workspace is large.
 MODEL_PROBE_SECONDS = 0.2
+# The longest the model server is waited for, whatever the setting says: a check that
+# waits an hour checks nothing, and a time-out far beyond it overflows the clock.
+MODEL_PROBE_LONGEST_SECONDS = 3600.0
 # What ending an exchange that ran out of time takes (the socket shut down, the error
 # made): measured at 2 to 10 ms.
 _GIVING_UP_SECONDS = 0.03
@@ -371,6 +374,7 @@ def check_model(config: AcodeConfig, *, until: float | None = None) -> ModelChec
         wait = config.resume.validation_timeout_seconds
     else:  # what is left once the client is loaded, less what giving up takes
         wait = max(until - time.monotonic() - _GIVING_UP_SECONDS, MODEL_PROBE_SECONDS)
+    wait = min(wait, MODEL_PROBE_LONGEST_SECONDS)
     settings = config.model
     try:
         names = list_models(settings, timeout=wait)

@@ -441,3 +441,14 @@ def test_a_proxy_in_the_environment_does_not_capture_a_local_server(
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
     assert chat(settings_for(fake), HELLO).content == "echo: Say hi"
+
+
+def test_an_availability_check_of_any_length_works(fake: FakeOpenAI) -> None:
+    """A validation_timeout_seconds far beyond an hour overflowed the clock's arithmetic
+    (OverflowError) once the check's 5 s cap was gone: an hour is the most waited."""
+    from acode.domain.config import AcodeConfig, ResumeSettings
+    from acode.resume.environment import check_model
+
+    endless = ResumeSettings(validation_timeout_seconds=1e11)
+    check = check_model(AcodeConfig(model=settings_for(fake), resume=endless))
+    assert (check.problem, check.busy) == (None, False)

@@ -192,6 +192,7 @@ _TOUCH_COLUMNS = (
     f" {_FIELD.format('position')} FROM files f JOIN sessions s ON s.sid = f.sid"
     f" JOIN events e ON e.id = f.sid * {_SPAN} + f.seq"
 )
+_PATHS_A_QUERY = 1000
 SELECT_TOUCHES = f"SELECT {_TOUCH_COLUMNS} WHERE f.sid = ? AND f.path IN ({{}})"
 # Other sessions' records of these paths made after a moment: who worked on them since.
 SELECT_TOUCHES_SINCE = (
@@ -720,10 +721,13 @@ class SqliteStore:
         return self._touches(SELECT_TOUCHES_SINCE, (sid, after_us), paths)
 
     def _touches(self, sql: str, leading: tuple[int, ...], paths: Sequence[str]) -> list[FileTouch]:
-        if not paths:
-            return []
-        query = sql.format(", ".join("?" * len(paths)))
-        return [FileTouch(*r) for r in self.conn.execute(query, (*leading, *paths))]
+        found: list[FileTouch] = []
+        # In slices: SQLite takes 32,766 parameters a statement (by default).
+        for first in range(0, len(paths), _PATHS_A_QUERY):
+            some = paths[first : first + _PATHS_A_QUERY]
+            query = sql.format(", ".join("?" * len(some)))
+            found += [FileTouch(*r) for r in self.conn.execute(query, (*leading, *some))]
+        return found
 
     def messages(self, sid: int) -> list[MessageRow]:
         return [MessageRow(*r) for r in self.conn.execute(SELECT_MESSAGES, (sid,))]

@@ -13,6 +13,8 @@ exit status the CLI returns for it, and a hint that says what to do next::
     ├── TerminalStateError         ACODE-RESUME-002                             exit 15
     ├── SessionLockedError         ACODE-RESUME-003 / ACODE-LOCK-*              exit 16
     ├── EnvironmentValidationError ACODE-RESUME-004                             exit 17
+    ├── ContinuationError          ACODE-RESUME-006 (the plan and the record disagree) exit 1
+    ├── TooOldForAutopilotError    ACODE-RESUME-008 (interrupted 24 hours ago or more) exit 18
     ├── CheckpointError            ACODE-RESUME-005 / ACODE-CKPT-* / ACODE-KEY-001 exit 1
     ├── ApprovalChangedError       ACODE-APPROVE-001 (what it gates changed)    exit 1
     ├── NonDeterminismError        ACODE-RESUME-007                             exit 1
@@ -41,6 +43,7 @@ __all__ = [
     "ApprovalPending",
     "CheckpointError",
     "ConfigError",
+    "ContinuationError",
     "DatabaseDamagedError",
     "EnvironmentFaultError",
     "EnvironmentValidationError",
@@ -56,6 +59,7 @@ __all__ = [
     "StepFailedError",
     "StorageError",
     "TerminalStateError",
+    "TooOldForAutopilotError",
     "UsageError",
 ]
 
@@ -78,6 +82,7 @@ class ErrorCode(StrEnum):
     CHECKPOINT_NOT_FOUND = "ACODE-RESUME-005"
     CONTINUATION = "ACODE-RESUME-006"
     IDEMPOTENCY_CONFLICT = "ACODE-RESUME-007"
+    TOO_OLD_FOR_AUTOPILOT = "ACODE-RESUME-008"
     CHECKPOINT_INVALID = "ACODE-CKPT-001"
     CHAIN_BROKEN = "ACODE-CKPT-002"
     KEY_CHANGED = "ACODE-CKPT-003"
@@ -159,6 +164,21 @@ class SessionLockedError(AcodeError):
 class EnvironmentValidationError(AcodeError):
     code = ErrorCode.ENVIRONMENT
     exit_code = 17
+
+
+class ContinuationError(AcodeError):
+    """What resume would do cannot be planned: the recorded plan and the recorded steps
+    disagree. Nothing was written."""
+
+    code = ErrorCode.CONTINUATION
+
+
+class TooOldForAutopilotError(AcodeError):
+    """Autopilot resumes on its own only an interruption under 24 hours old; an older one
+    needs a person (or a flag that says one decided)."""
+
+    code = ErrorCode.TOO_OLD_FOR_AUTOPILOT
+    exit_code = 18
 
 
 class CheckpointError(AcodeError):

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from acode.cli.console import emit_json, out_console
-from acode.cli.driver import drive, terminal_approver
+from acode.cli.driver import drive, never_asks, terminal_approver
 from acode.cli.progress import choose_observer, quiet_screen
 from acode.domain.config import AcodeConfig, override
 from acode.domain.states import SessionState
@@ -17,6 +17,7 @@ from acode.runtime.observer import Observer
 
 if TYPE_CHECKING:
     from acode.agent.plan_schema import AgentPlan
+    from acode.resume.modes import StartMode
     from acode.runtime.session import Session
 
 __all__ = ["AGENT_FLAGS", "AgentRequest", "agent_body", "run_agent_command", "task_title"]
@@ -39,6 +40,7 @@ class AgentRequest:
     task: str
     overrides: Mapping[str, object]  # "section.key" -> value, from the flags given
     as_json: bool
+    mode: StartMode
 
 
 def task_title(task: str) -> str:
@@ -52,6 +54,7 @@ def task_title(task: str) -> str:
 
 def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
     from acode.resume.environment import check_model
+    from acode.resume.modes import Mode
     from acode.runtime.interrupts import Interrupts
     from acode.runtime.lifecycle import open_session
 
@@ -81,8 +84,12 @@ def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
             agent_task=req.task,
             overrides=req.overrides,
             observer=observer,
-            approver=terminal_approver(observer, req.workspace),
+            approver=never_asks
+            if req.mode.mode is Mode.AUTOPILOT
+            else terminal_approver(observer, req.workspace),
             interrupts=interrupts,
+            mode=req.mode.mode.value,
+            mode_chosen=req.mode.chosen,
         )
         if req.as_json:
             emit_json(

@@ -98,10 +98,21 @@ def run(
     approve_plan: Annotated[
         bool, typer.Option("--approve-plan", help="Ask before executing the model's plan.")
     ] = False,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            "--mode",
+            help="autopilot (never asks), interactive or preflight; recorded, and the default "
+            "of its resume (default: interactive on a terminal, else autopilot).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run a plan file, or a task with the model, as a new session. Ctrl+C pauses it;
     `acode resume` continues it."""
+    from acode.resume.modes import start_mode
+
+    started = start_mode(_mode(mode), sys.stdin.isatty())
     ws = workspace_dir(workspace)
     flags = {
         "model.name": model,
@@ -115,7 +126,7 @@ def run(
         from acode.cli.agent_command import AgentRequest, run_agent_command
         from acode.runtime.lifecycle import open_workspace
 
-        request = AgentRequest(ws, target, overrides, as_json)
+        request = AgentRequest(ws, target, overrides, as_json, started)
         raise typer.Exit(run_agent_command(request, open_workspace(ws).config))
     if overrides:
         from acode.cli.agent_command import AGENT_FLAGS
@@ -124,7 +135,11 @@ def run(
             f"{', '.join(AGENT_FLAGS[k] for k in overrides)}: only for a task, not a plan file",
             hint="set the model of a plan's model steps in .agent/config.yml",
         )
-    raise typer.Exit(_run_plan(plan_file, ws, as_json))
+    from acode.cli.driver import start_plan
+    from acode.runtime.plan_loader import load_plan
+
+    plan = load_plan(plan_file)
+    raise typer.Exit(start_plan(plan, ws, as_json=as_json, mode=started, plan_file=plan_file))
 
 
 def _plan_file(target: str) -> Path | None:
@@ -145,44 +160,6 @@ def _plan_file(target: str) -> Path | None:
         exists = False
     # A missing file named like a plan is a mistake (load_plan says so), never a task.
     return path if exists or looks_like_a_plan else None
-
-
-def _run_plan(plan_file: Path, ws: Path, as_json: bool) -> int:
-    from acode.cli.driver import drive_plan, terminal_approver
-    from acode.cli.progress import choose_observer
-    from acode.runtime.interrupts import Interrupts
-    from acode.runtime.lifecycle import open_session
-    from acode.runtime.plan_loader import load_plan
-
-    plan = load_plan(plan_file)
-    total = len(plan.steps())
-    observer = choose_observer(as_json)
-    with Interrupts().installed() as interrupts:
-        session = open_session(
-            plan.title,
-            ws,
-            plan=plan,
-            plan_file=plan_file,
-            observer=observer,
-            approver=terminal_approver(observer, ws),
-            interrupts=interrupts,
-        )
-        _announce(
-            as_json,
-            {"event": "started", "id": session.id, "title": plan.title, "total_steps": total},
-            f"Session {session.short_id} started: {plan.title} "
-            f"({len(plan.tasks)} tasks, {total} steps)",
-        )
-        return drive_plan(session, plan, as_json=as_json)
-
-
-def _announce(as_json: bool, record: dict[str, object], text: str) -> None:
-    from acode.cli.console import emit_json, out_console
-
-    if as_json:
-        emit_json(record)
-    else:
-        out_console().print(text, markup=False)
 
 
 Strategy = Literal["rollback", "retry", "prompt"]
@@ -233,6 +210,13 @@ def resume(
             "terminal) or preflight (full report, then type 'proceed').",
         ),
     ] = None,
+    any_age: Annotated[
+        bool,
+        typer.Option(
+            "--any-age",
+            help="Autopilot: resume even a session interrupted 24 hours ago or more.",
+        ),
+    ] = False,
     verify: Annotated[
         bool,
         typer.Option(
@@ -256,6 +240,7 @@ def resume(
         verify=verify,
         mode=_mode(mode),
         as_json=as_json,
+        any_age=any_age,
     )
     raise typer.Exit(run_resume(request))
 
@@ -417,6 +402,22 @@ def session_discard(
     from acode.cli import inspect
 
     inspect.session_discard(workspace_dir(workspace), session_id, as_json)
+
+
+@session_app.command("checkpoint")
+def session_checkpoint(
+    session_id: SessionArgument,
+    label: Annotated[
+        str, typer.Option("--label", "-l", help='The name of the point, e.g. "tests green".')
+    ],
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Mark the point a stopped session has reached with a label, as a signed checkpoint
+    (acode checkpoints every step already: this names one)."""
+    from acode.cli import inspect
+
+    inspect.session_checkpoint(workspace_dir(workspace), session_id, label, as_json)
 
 
 @app.command()

@@ -23,6 +23,7 @@ from acode.errors import AcodeError
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
 __all__ = [
     "ago",
@@ -90,11 +91,14 @@ def _redacted(stream: Callable[[], TextIO]) -> TextIO:
     return cast("TextIO", _Redacted(stream))
 
 
-def cells(*values: str) -> list[str]:
-    """A table row's cells, each masked whole before the table can fold or cut it."""
+def cells(*values: str) -> list[Text]:
+    """A table row's cells, each masked whole before the table can fold or cut it, and
+    shown as written: brackets in a title, a label or an error are text, not markup."""
+    from rich.text import Text
+
     from acode.security.redaction import redact
 
-    return [redact(value) for value in values]
+    return [Text(redact(value)) for value in values]
 
 
 class _Keyboard:

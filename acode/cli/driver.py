@@ -7,6 +7,7 @@ import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acode.cli.console import count, emit_json, err_console, out_console
 from acode.cli.progress import RichObserver, quiet_screen
@@ -27,7 +28,15 @@ from acode.runtime.plan_runner import run_plan
 from acode.runtime.session import Session
 from acode.security.redaction import redact
 
-__all__ = ["drive", "drive_plan", "terminal_approver"]
+if TYPE_CHECKING:
+    from acode.resume.modes import StartMode
+
+__all__ = ["drive", "drive_plan", "never_asks", "start_plan", "terminal_approver"]
+
+
+def never_asks(request: ApprovalRequest) -> bool | None:
+    """Autopilot never asks: an approval without a decision stops the run (exit 20)."""
+    return None
 
 
 def terminal_approver(observer: Observer, workspace: Path) -> Approver:
@@ -65,6 +74,44 @@ def terminal_approver(observer: Observer, workspace: Path) -> Approver:
         return answer
 
     return ask
+
+
+def start_plan(
+    plan: Plan, ws: Path, *, as_json: bool, mode: StartMode, plan_file: Path | None = None
+) -> int:
+    """`acode run PLAN`: a new session of ``plan`` (read from ``plan_file``), run to its
+    end or to a stop."""
+    from acode.resume.modes import Mode
+    from acode.runtime.interrupts import Interrupts
+    from acode.runtime.lifecycle import open_session
+
+    total = len(plan.steps())
+    from acode.cli.progress import choose_observer
+
+    observer = choose_observer(as_json)
+    with Interrupts().installed() as interrupts:
+        session = open_session(
+            plan.title,
+            ws,
+            plan=plan,
+            plan_file=plan_file,
+            observer=observer,
+            approver=never_asks if mode.mode is Mode.AUTOPILOT else terminal_approver(observer, ws),
+            interrupts=interrupts,
+            mode=mode.mode.value,
+            mode_chosen=mode.chosen,
+        )
+        if as_json:
+            emit_json(
+                {"event": "started", "id": session.id, "title": plan.title, "total_steps": total}
+            )
+        else:
+            out_console().print(
+                f"Session {session.short_id} started: {plan.title} "
+                f"({len(plan.tasks)} tasks, {total} steps)",
+                markup=False,
+            )
+        return drive_plan(session, plan, as_json=as_json)
 
 
 def drive_plan(session: Session, plan: Plan, *, as_json: bool) -> int:

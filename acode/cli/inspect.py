@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acode.cli.console import emit_json, emit_text, err_console, out_console
+from acode.cli.console import emit_json, emit_text, err_console, iso, out_console
 from acode.cli.sync_command import configured_remote, list_remote
 from acode.cli.views import (
     print_history,
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from acode.store.sqlite_store import SqliteStore
 
 __all__ = [
+    "session_checkpoint",
     "session_discard",
     "session_export",
     "session_history",
@@ -135,6 +136,33 @@ def session_discard(workspace: Path, session_id: str, as_json: bool) -> None:
         f"resumable sessions. Its history stays readable: acode session history {row.short_id}",
         markup=False,
     )
+
+
+def session_checkpoint(workspace: Path, session_id: str, label: str, as_json: bool) -> None:
+    from acode.runtime.marks import mark_checkpoint
+
+    marked = mark_checkpoint(workspace, session_id, label)
+    mark, short = marked.mark, marked.row.short_id
+    if as_json:
+        emit_json(
+            {
+                "id": marked.row.id,
+                "label": mark.label,
+                "event": mark.seq,
+                "at": iso(mark.ts_us),
+                "by": mark.by,
+                "new": marked.new,
+            }
+        )
+        return
+    where = f"event {mark.seq}, {iso(mark.ts_us)}"
+    if marked.new:
+        text = f"Marked session {short} at {where}: {mark.label!r}."
+    else:
+        text = (
+            f"Session {short} already has a checkpoint {mark.label!r} ({where}); nothing recorded."
+        )
+    out_console().print(f"{text} See it with: acode session history {short}", markup=False)
 
 
 def session_export(

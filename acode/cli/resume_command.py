@@ -1,5 +1,5 @@
 """`acode resume`: choose the session, show what will happen, ask what the mode allows,
-then run the rest of the plan."""
+then run the rest of the plan (or start it over)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,50 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from acode.cli.console import err_console, keyboard, out_console
+from acode.cli.resume_menu import (
+    ask_next,
+    ask_restart,
+    plan_lines,
+    print_lines,
+    risk_lines,
+    trouble_hint,
+    trouble_menu,
+)
 from acode.cli.views import environment_lines, print_preview
-from acode.errors import NothingToResumeError, UsageError
+from acode.errors import (
+    AcodeError,
+    CheckpointError,
+    ConfigError,
+    NothingToResumeError,
+    TooOldForAutopilotError,
+    UsageError,
+)
 from acode.resume.listing import session_position
-from acode.resume.modes import Candidate, Mode, candidates, default_mode
-from acode.resume.service import ChangedFilesAction, ResumePreview, preview_resume
+from acode.resume.modes import (
+    AutopilotVerdict,
+    Candidate,
+    Mode,
+    ago,
+    candidates,
+    default_mode,
+    judge_for_autopilot,
+    log_autopilot,
+)
+from acode.resume.service import (
+    ChangedFilesAction,
+    ResumePreview,
+    log_refusal,
+    preview_resume,
+    refuse_problems,
+)
+from acode.runtime.catalog import find_session
 from acode.runtime.inspection import read_store
+from acode.runtime.locks import is_locked
+from acode.runtime.workspace import StatePaths
 
 if TYPE_CHECKING:
-    from acode.runtime.observer import ApprovalRequest
     from acode.runtime.steps.base import InProgressStrategy
+    from acode.store.records import SessionRow
     from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["ResumeRequest", "run_resume"]
@@ -36,31 +70,186 @@ class ResumeRequest:
     verify: bool
     mode: Mode | None
     as_json: bool
+    any_age: bool = False
 
 
 def run_resume(req: ResumeRequest) -> int:
     on_terminal = sys.stdin.isatty()
-    mode = req.mode or default_mode(on_terminal)
-    if mode is Mode.PREFLIGHT and not on_terminal:
+    if req.mode is Mode.PREFLIGHT and not on_terminal:
         raise UsageError(
             "--mode preflight needs a terminal: it goes on only when you type 'proceed'",
             hint="use --mode autopilot in scripts, or --dry-run to see the report",
         )
-    session_id = req.session_id or _pick(req.workspace, mode, req.as_json)
+    session_id = req.session_id or _pick(
+        req.workspace, req.mode or default_mode(on_terminal), req.as_json
+    )
     if session_id is None:
         out_console().print("Nothing resumed.")
         return 0
+    can_ask = on_terminal and not req.as_json
+    try:
+        return _resume_chosen(req, session_id, on_terminal=on_terminal, can_ask=can_ask)
+    except CheckpointError as untrusted:
+        row = _row(req.workspace, session_id)
+        short = row.short_id if row is not None else session_id
+        error = trouble_hint(untrusted, short)
+        if can_ask and error is not untrusted:
+            return trouble_menu(req.workspace, session_id, short, error)
+        raise error from untrusted
+
+
+def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, can_ask: bool) -> int:
     if req.dry_run:
         preview = preview_resume(session_id, req.workspace, verify=req.verify)
         print_preview(preview, dry_run=True, as_json=req.as_json)
         return 0
-    action = req.changed_files_action
+    row = _row(req.workspace, session_id)
+    if row is not None and is_locked(StatePaths(req.workspace).locks, row.id):
+        # Another process runs it: the resume's own lock check names the holder, at once.
+        return _resume(req, row.id, req.mode or default_mode(on_terminal), None)
+    preview = _checked(req, session_id, verify=req.verify)
+    _refuse_library(preview)
+    recorded = Mode(preview.start_mode) if preview.start_mode in set(Mode) else None
+    mode = req.mode or recorded or default_mode(on_terminal)
+    if mode is Mode.AUTOPILOT:
+        verdict = judge_for_autopilot(
+            preview,
+            any_age=req.any_age,
+            # --force goes past changed files too, unless --abort-on-changes says stop.
+            continue_on_changes=req.changed_files_action == "continue"
+            or (req.force and req.changed_files_action != "abort"),
+            force=req.force,
+        )
+        if verdict.safe:
+            log_autopilot(req.workspace, preview, verdict, "resume")
+            return _resume(req, session_id, mode, req.changed_files_action)
+        if not can_ask:
+            log_autopilot(req.workspace, preview, verdict, "stopped")
+            if verdict.too_old:
+                raise _too_old(preview, verdict)
+            # The resume's own checks stop it, with every change named and logged.
+            return _resume(req, session_id, mode, req.changed_files_action)
+        log_autopilot(req.workspace, preview, verdict, "interactive")
+        out_console().print(
+            f"Autopilot does not resume session {preview.row.short_id} on its own: "
+            + "; ".join(verdict.problems)
+            + ". Switching to interactive mode.",
+            markup=False,
+        )
+        mode = Mode.INTERACTIVE
     if mode is Mode.PREFLIGHT:
-        if not _preflight(preview_resume(session_id, req.workspace, verify=req.verify)):
+        if not on_terminal:
+            raise UsageError(
+                f"session {preview.row.short_id} was started in preflight mode (acode run "
+                "--mode preflight), which needs a terminal: it goes on only when you type "
+                "'proceed'",
+                hint=f"resume it on a terminal, or here with: acode resume {preview.row.short_id} "
+                "--mode autopilot",
+            )
+        if not req.verify:  # preflight checks the whole history, as --verify does
+            preview = _checked(req, session_id, verify=True)
+        if not _preflight(preview):
             out_console().print("Not resumed; nothing was changed.")
             return 0
-        action = "continue"  # the person has seen every change and said proceed
-    return _resume(req, session_id, mode, action)
+        # The person has seen every change and said proceed.
+        return _resume(req, session_id, mode, "continue")
+    if mode is Mode.INTERACTIVE and can_ask:
+        return _interactive(req, session_id, preview)
+    return _resume(req, session_id, mode, req.changed_files_action)
+
+
+def _refuse_library(preview: ResumePreview) -> None:
+    """A program's session continues in that program, before any question is asked."""
+    if preview.plan is None and preview.agent is None:
+        raise UsageError(
+            f"session {preview.row.short_id} was started by a program through the library",
+            hint=f"run that program again; it continues with "
+            f"acode.resume_session({preview.row.short_id!r})",
+        )
+
+
+def _row(workspace: Path, session_id: str) -> SessionRow | None:
+    """The session's row, if the id names one (else the preview says why not)."""
+    with read_store(workspace) as store:
+        if store is None:
+            return None
+        try:
+            return find_session(store, session_id)
+        except AcodeError:
+            return None
+
+
+def _too_old(preview: ResumePreview, verdict: AutopilotVerdict) -> AcodeError:
+    """Autopilot without a terminal, on a session interrupted a day ago or more: the
+    reason, and the command that resumes anyway."""
+    short = preview.row.short_id
+    return TooOldForAutopilotError(
+        f"autopilot does not resume session {short} on its own: {'; '.join(verdict.problems)}",
+        hint=f"look first: acode resume --dry-run {short}; then resume it on a terminal "
+        f"(acode resume {short}) or here with: acode resume {short} --mode autopilot "
+        "--any-age; nothing was changed",
+    )
+
+
+def _checked(req: ResumeRequest, session_id: str, *, verify: bool) -> ResumePreview:
+    """The preview a resume decides on; a refusal is logged as the resume's would be."""
+    try:
+        preview = preview_resume(session_id, req.workspace, verify=verify)
+        # Refused at once whatever the mode: the resume's own checks would wait for a
+        # silent model server all over again. The preview checked the model that the
+        # configuration names now, the resume the recorded one unless --force: the same
+        # when nothing changed.
+        env = preview.environment
+        if env is not None and (not env.config or req.force):
+            refuse_problems(preview)
+        return preview
+    except AcodeError as refused:
+        paths = StatePaths(req.workspace)
+        # As the resume's own: an unreadable configuration is not a resume refused, and
+        # no log creates acode's state where there is none.
+        if paths.db.exists() and not isinstance(refused, ConfigError):
+            log_refusal(paths, session_id, refused)
+        raise
+
+
+def _interactive(req: ResumeRequest, session_id: str, preview: ResumePreview) -> int:
+    """The plan, then resume, start over, view details or abort."""
+    print_lines(plan_lines(preview))
+    while True:
+        answer = ask_next()
+        if answer == "r":
+            return _resume(req, session_id, Mode.INTERACTIVE, req.changed_files_action)
+        if answer == "v":
+            print_preview(preview, dry_run=True, as_json=False)
+        elif answer == "s" and ask_restart(preview):
+            return _restart(req, preview)
+        elif answer == "a":
+            out_console().print("Nothing resumed.")
+            return 0
+
+
+def _restart(req: ResumeRequest, preview: ResumePreview) -> int:
+    """Start over: the session discarded (its history stays), a new one from the same
+    recorded plan or task. Files are left as they are: the new session runs every step
+    on them again."""
+    from acode.cli import inspect
+    from acode.resume.modes import StartMode
+
+    recorded = preview.start_mode
+    mode = StartMode(Mode(recorded), True) if recorded else StartMode(Mode.INTERACTIVE, False)
+    inspect.session_discard(req.workspace, preview.row.id, False)
+    if preview.plan is not None:
+        from acode.cli.driver import start_plan
+
+        return start_plan(preview.plan, req.workspace, as_json=req.as_json, mode=mode)
+    from acode.cli.agent_command import AgentRequest, run_agent_command
+    from acode.runtime.lifecycle import open_workspace
+
+    assert preview.agent is not None
+    request = AgentRequest(
+        req.workspace, preview.agent.task, preview.agent.overrides, req.as_json, mode
+    )
+    return run_agent_command(request, open_workspace(req.workspace).config)
 
 
 def _resume(
@@ -68,7 +257,7 @@ def _resume(
 ) -> int:
     # What runs the rest of the session loads only here: --dry-run and the prompts before
     # it never run a step.
-    from acode.cli.driver import drive, drive_plan, terminal_approver
+    from acode.cli.driver import drive, drive_plan, never_asks, terminal_approver
     from acode.cli.progress import choose_observer
     from acode.cli.prompts import changed_files_prompt, strategy_prompt
     from acode.resume.service import resume_session
@@ -77,17 +266,14 @@ def _resume(
     shown: list[ResumePreview] = []
 
     def show(preview: ResumePreview) -> None:
-        if preview.plan is None and preview.agent is None:
-            raise UsageError(
-                f"session {preview.row.short_id} was started by a program through the library",
-                hint=f"run that program again; it continues with "
-                f"acode.resume_session({preview.row.short_id!r})",
-            )
+        _refuse_library(preview)
         shown.append(preview)
         print_preview(preview, dry_run=False, as_json=req.as_json)
 
     observer = choose_observer(req.as_json)
-    approver = terminal_approver(observer, req.workspace) if mode is not Mode.AUTOPILOT else _nobody
+    approver = (
+        terminal_approver(observer, req.workspace) if mode is not Mode.AUTOPILOT else never_asks
+    )
     with Interrupts().installed() as interrupts:
         session = resume_session(
             session_id,
@@ -104,6 +290,7 @@ def _resume(
             else None,
             verify=req.verify,
             strategy_prompt=strategy_prompt(observer) if mode is not Mode.AUTOPILOT else None,
+            mode=mode.value,
         )
         preview = shown[0]
         if preview.agent is not None:
@@ -112,11 +299,6 @@ def _resume(
             return drive(session, agent_body(preview.agent.task, req.as_json), as_json=req.as_json)
         assert preview.plan is not None
         return drive_plan(session, preview.plan, as_json=req.as_json)
-
-
-def _nobody(request: ApprovalRequest) -> bool | None:
-    """Autopilot never asks: an approval without a decision stops the run (exit 20)."""
-    return None
 
 
 def _pick(workspace: Path, mode: Mode, as_json: bool) -> str | None:
@@ -128,7 +310,9 @@ def _pick(workspace: Path, mode: Mode, as_json: bool) -> str | None:
                 hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
                 "`acode session list` shows all",
             )
-        if mode is Mode.AUTOPILOT or as_json:
+        if mode is Mode.AUTOPILOT or as_json or len(found) == 1:
+            # One session goes on to its plan and the question of what to do with it
+            # (``_interactive``).
             return found[0].row.id
         assert store is not None
         # Only for the list a person reads: where each stands takes its plan.
@@ -141,37 +325,21 @@ def _place(store: SqliteStore, c: Candidate) -> str:
     return position.describe() if position is not None else c.where
 
 
-def _describe(number: int | None, c: Candidate, where: str) -> list[str]:
-    head = f"{number}. " if number is not None else ""
+def _describe(number: int, c: Candidate, where: str) -> list[str]:
     lines = [
-        f"  {head}{c.row.short_id} - {c.row.state} - {c.row.title!r}",
+        f"  {number}. {c.row.short_id} - {c.row.state} - {c.row.title!r}",
         f"     Paused at: {where}",
-        f"     Interrupted: {_ago(c.age.seconds)} ({c.age.age.value})",
+        f"     Interrupted: {ago(c.age.seconds)} ({c.age.age.value})",
     ]
     if c.age.advice:
         lines.append(f"     Note: {c.age.advice}")
     return lines
 
 
-def _ago(seconds: int) -> str:
-    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
-        if seconds >= size:
-            return f"{seconds // size} {unit} ago"
-    return f"{seconds} seconds ago"
-
-
 def _choose(found: list[Candidate], places: dict[str, str]) -> str | None:
-    from rich.prompt import Confirm, Prompt
+    from rich.prompt import Prompt
 
     console = out_console()
-    if len(found) == 1:
-        console.print("Found 1 resumable session:")
-        for line in _describe(None, found[0], places[found[0].row.id]):
-            console.print(line, markup=False)
-        ok = Confirm.ask(
-            "Resume this session?", default=True, console=err_console(), stream=keyboard()
-        )
-        return found[0].row.id if ok else None
     console.print(f"Found {len(found)} resumable sessions (most recent first):")
     for number, candidate in enumerate(found, start=1):
         for line in _describe(number, candidate, places[candidate.row.id]):
@@ -184,11 +352,17 @@ def _choose(found: list[Candidate], places: dict[str, str]) -> str | None:
 
 
 def _preflight(preview: ResumePreview) -> bool:
-    """The full report, file by file, and the whole remaining plan; then 'proceed'."""
+    """The full report, file by file, the age and the risks, the whole history verified,
+    and the whole remaining plan; then 'proceed'."""
     from rich.prompt import Prompt
 
     console = out_console()
-    print_preview(preview, dry_run=True, as_json=False)
+    print_preview(preview, dry_run=True, as_json=False, verdict=False)
+    console.print(
+        f"  ✓ Integrity: all {preview.summary.seq} events verified from the first (--verify)",
+        markup=False,
+    )
+    print_lines(risk_lines(preview))
     env = preview.environment
     if env is not None:
         changes = {c.path: c.change.value for c in env.changed}

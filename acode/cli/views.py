@@ -192,6 +192,8 @@ def _event_detail(event: Event) -> str:
             return f"{'approved' if p.get('approved') else 'denied'} by {p.get('by')}"
         case "step_failed":
             return redact(str(p.get("error", "")))[:80]  # masked, then cut
+        case "checkpoint_marked":
+            return f"{p.get('label')!r} by {p.get('by')}"
         case _:
             return ""
 
@@ -402,7 +404,11 @@ def _last_checkpoint(preview: ResumePreview) -> str:
     return last.describe()
 
 
-def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> None:
+def print_preview(
+    preview: ResumePreview, *, dry_run: bool, as_json: bool, verdict: bool = True
+) -> None:
+    """``verdict``: end with whether the environment lets the resume go on (preflight's
+    question is its own)."""
     if as_json:
         emit_json({**preview_json(preview), "event": "resume_preview" if dry_run else "resuming"})
         return
@@ -450,9 +456,9 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
         # Every resume says what it checked (001's manual), and a rollback what it
         # reverts before it is done.
         lines += environment_lines(preview)
-    verdict = environment_verdict(preview.environment, dry_run=dry_run)
-    if verdict:
-        lines.append(verdict)
+    said = environment_verdict(preview.environment, dry_run=dry_run) if verdict else ""
+    if said:
+        lines.append(said)
     console = out_console()
     for line in lines:
         console.print(line, markup=False)

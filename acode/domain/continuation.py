@@ -6,14 +6,21 @@ person and logged before anything runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from acode.domain.kinds import StepKind
 from acode.domain.plan import Plan, StepSpec
 from acode.domain.reducer import StepStatus
 
-__all__ = ["ContinuationPlan", "expected_action", "plan_continuation"]
+__all__ = [
+    "ContinuationPlan",
+    "PlanMismatch",
+    "check_positions",
+    "expected_action",
+    "plan_continuation",
+    "replay_ranges",
+]
 
 
 @dataclass(frozen=True)
@@ -90,3 +97,40 @@ def plan_continuation(plan: Plan, statuses: Mapping[str, StepStatus]) -> Continu
         resume_task_number=resume_at[1] if resume_at else None,
         resume_step_number=resume_at[2] if resume_at else None,
     )
+
+
+class PlanMismatch(ValueError):
+    """The recorded plan and the recorded step positions disagree: no continuation can
+    be planned from them."""
+
+
+def check_positions(plan: Plan, next_position: int, unfinished: Mapping[int, str]) -> None:
+    """Raise PlanMismatch unless the recorded steps fit the plan: no more positions than it
+    has steps, and each unfinished step (position -> step id) where the plan has it. A
+    program that ran other steps through the library than the plan it recorded leaves
+    such a record."""
+    steps = plan.steps()
+    if next_position > len(steps):
+        raise PlanMismatch(f"{next_position} steps were recorded, but its plan has {len(steps)}")
+    for position, step_id in sorted(unfinished.items()):
+        planned = steps[position].id if position < len(steps) else None
+        if planned != step_id:
+            raise PlanMismatch(
+                f"step {position + 1} was recorded as {step_id!r}, but its plan has "
+                + (f"{planned!r} there" if planned else f"only {len(steps)} steps")
+            )
+
+
+def replay_ranges(next_position: int, unfinished: Iterable[int]) -> list[tuple[int, int]]:
+    """The positions of the completed steps, in the order a resume replays them (steps
+    take their positions one after the other, so event order is position order), as
+    (first, last) ranges: every position before ``next_position`` but the unfinished."""
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    for gap in sorted(p for p in set(unfinished) if p < next_position):
+        if gap > start:
+            ranges.append((start, gap - 1))
+        start = gap + 1
+    if next_position > start:
+        ranges.append((start, next_position - 1))
+    return ranges

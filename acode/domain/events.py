@@ -30,6 +30,7 @@ class EventType(StrEnum):
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_DECIDED = "approval_decided"
     SESSION_DISCARDED = "session_discarded"
+    CHECKPOINT_MARKED = "checkpoint_marked"
 
 
 # One encoder for every call: json.dumps with options builds a new one each time. NaN

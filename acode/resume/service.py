@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
@@ -19,12 +19,13 @@ from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType
 from acode.domain.kinds import StepKind
 from acode.domain.position import Position, position_in
-from acode.domain.reducer import SessionSummary, StepStatus
+from acode.domain.reducer import SessionSummary, StepRecord, StepStatus
 from acode.domain.states import SessionState, is_terminal
 from acode.domain.timing import WorkTime
 from acode.errors import (
     AcodeError,
     CheckpointError,
+    ContinuationError,
     EnvironmentValidationError,
     ErrorCode,
     NothingToResumeError,
@@ -48,6 +49,7 @@ from acode.runtime.catalog import (
     find_session,
     recorded_agent,
     recorded_config,
+    recorded_mode,
     recorded_plan,
     resumable_sessions,
 )
@@ -75,7 +77,9 @@ if TYPE_CHECKING:
 __all__ = [
     "ChangedFilesAction",
     "ResumePreview",
+    "log_refusal",
     "preview_resume",
+    "refuse_problems",
     "resume_session",
     "select_for_resume",
 ]
@@ -101,6 +105,10 @@ class ResumePreview(NamedTuple):
     environment: EnvironmentReport | None = None
     sync: SyncStatus | None = None  # None: no remote configured
     agent: AgentRecord | None = None  # an agent session's task and flags
+    start_mode: str | None = None  # chosen with `acode run --mode`: its resume's default
+    interrupted_s: int | None = None  # since the session's last event
+    replay_order: Mapping[str, object] | None = None  # of the completed steps (FR-037)
+    mode: str | None = None  # this resume's (autopilot, interactive, preflight)
     # The newest completed step (None: none yet), where it is in the plan.
     last_completed: Position | None = None
     # How long the completed steps took, and an estimate of the rest.
@@ -118,7 +126,8 @@ class ResumePreview(NamedTuple):
         return position_in(plan, step.id)
 
     def log_record(self) -> dict[str, object]:
-        """The `session_resume` record of the specification."""
+        """The `session_resume` record of the specification, with the interruption's
+        length, the mode and the replay order (002 §5, FR-037)."""
         c = self.continuation
         remaining = None
         if self.summary.total_steps is not None:
@@ -133,6 +142,9 @@ class ResumePreview(NamedTuple):
             "in_progress_action": c.in_progress_action if c else None,
             "sync_status": self.sync.mode.value if self.sync else "local",
             "environment_valid": self.environment.valid if self.environment else None,
+            "interrupted_seconds": self.interrupted_s,
+            "mode": self.mode,
+            "replay_order": self.replay_order,
         }
 
 
@@ -278,18 +290,34 @@ def _kind(journal: Journal) -> str:
     return journal.row.kind if journal.row.kind in ("library", *LEDGER_KINDS) else "library"
 
 
-def _preview(journal: Journal, config: AcodeConfig, *, shown: bool = True) -> ResumePreview:
+def _preview(
+    journal: Journal, config: AcodeConfig, now_us: int, *, shown: bool = True
+) -> ResumePreview:
     """``shown``: with what only a person reads (the last step done, the work's time),
     which a program resuming its own session does without: the time is read from every
     event, and recovery must cost the same at any length."""
     row, history, summary = journal.row, journal.history, journal.summary
     assert summary is not None
     plan = recorded_plan(history, row, summary)
+    unfinished = journal.unfinished_steps()
     continuation = None
     if plan is not None:
-        from acode.domain.continuation import plan_continuation
+        from acode.domain.continuation import PlanMismatch, check_positions, plan_continuation
 
-        continuation = plan_continuation(plan, _plan_statuses(journal, plan, summary))
+        try:
+            check_positions(
+                plan, summary.next_position, {s.position: s.step_id for s in unfinished}
+            )
+        except PlanMismatch as mismatch:
+            raise ContinuationError(
+                f"cannot plan the continuation of session {row.short_id}: {mismatch}; "
+                "it was recorded by a program that ran other steps than its plan",
+                hint=f"run that program again (acode.resume_session({row.short_id!r})), or "
+                f"give the session up: acode session discard {row.short_id}; nothing was "
+                "changed",
+            ) from mismatch
+        continuation = plan_continuation(plan, _plan_statuses(plan, summary, unfinished))
+    last_event_us = history.event(summary.seq).ts_us if summary.seq else now_us
     last_completed = work_time = None
     if shown:
         last_completed = _last_completed(journal.store, row, plan, continuation)
@@ -305,6 +333,9 @@ def _preview(journal: Journal, config: AcodeConfig, *, shown: bool = True) -> Re
         continuation,
         sync=sync_status(journal.store, row, config.sync.remote),
         agent=recorded_agent(history, row),
+        start_mode=recorded_mode(history, row),
+        interrupted_s=max(0, now_us - last_event_us) // 1_000_000,
+        replay_order=_replay_order(plan, summary, unfinished),
         last_completed=last_completed,
         work_time=work_time,
     )
@@ -333,14 +364,41 @@ def _last_completed(
         count *= 8
 
 
-def _plan_statuses(journal: Journal, plan: Plan, summary: SessionSummary) -> dict[str, StepStatus]:
+def _plan_statuses(
+    plan: Plan, summary: SessionSummary, unfinished: list[StepRecord]
+) -> dict[str, StepStatus]:
     """A plan runs its steps in order, one position each: every position before the
     summary's next one completed, except the few that did not finish."""
-    unfinished = {s.position: s.status for s in journal.unfinished_steps()}
+    status = {s.position: s.status for s in unfinished}
     return {
-        step.id: unfinished.get(i, StepStatus.COMPLETED)
+        step.id: status.get(i, StepStatus.COMPLETED)
         for i, step in enumerate(plan.steps()[: summary.next_position])
     }
+
+
+_REPLAY_RANGES = 10  # a log line stays short however long the session (50,000 steps)
+
+
+def _replay_order(
+    plan: Plan | None, summary: SessionSummary, unfinished: list[StepRecord]
+) -> dict[str, object]:
+    """The order the completed steps replay in (FR-037), bounded: their count, their
+    positions (1-based) as at most ten ranges, and, in a plan, the first and the last
+    step's id."""
+    from acode.domain.continuation import replay_ranges
+
+    ranges = replay_ranges(summary.next_position, (s.position for s in unfinished))
+    order: dict[str, object] = {
+        "by": "timestamp, event_id",
+        "steps": summary.steps_completed,
+        "positions": [[first + 1, last + 1] for first, last in ranges[:_REPLAY_RANGES]],
+    }
+    if len(ranges) > _REPLAY_RANGES:
+        order["ranges_left_off"] = len(ranges) - _REPLAY_RANGES
+    if ranges and plan is not None:  # other sessions name their steps as they go
+        steps = plan.steps()
+        order["first"], order["last"] = steps[ranges[0][0]].id, steps[ranges[-1][1]].id
+    return order
 
 
 def _needs_model(store: SqliteStore, preview: ResumePreview) -> bool:
@@ -512,7 +570,7 @@ def preview_resume(
         return _environment(
             journal,
             ws,
-            _preview(journal, ws.config),
+            _preview(journal, ws.config, (clock or SystemClock()).now_us()),
             ws.config,
             strategy=ws.config.resume.in_progress_strategy,
             fresh_after_ns=_fresh_after(journal, _held_by_us(ws, row.id), began),
@@ -538,11 +596,7 @@ def _judge(
     if env is None:
         return
     short = preview.row.short_id
-    if env.problems():
-        raise EnvironmentValidationError(
-            f"cannot resume session {short}: " + "; ".join(env.problems()),
-            hint=_problem_hint(env, short),
-        )
+    refuse_problems(preview)
     if env.config and not force:
         changes = ", ".join(f"{c.key}: {c.recorded!r} -> {c.current!r}" for c in env.config)
         raise EnvironmentValidationError(
@@ -561,6 +615,17 @@ def _judge(
         hint=f"review them (`acode resume {short} --dry-run`), restore them, or keep them "
         f"and go on: acode resume {short} --continue-on-changes",
     )
+
+
+def refuse_problems(preview: ResumePreview) -> None:
+    """Refuse what stops a resume whatever anyone decides: a missing workspace, an
+    unavailable model."""
+    env, short = preview.environment, preview.row.short_id
+    if env is not None and env.problems():
+        raise EnvironmentValidationError(
+            f"cannot resume session {short}: " + "; ".join(env.problems()),
+            hint=_problem_hint(env, short),
+        )
 
 
 def _listed(change: ChangedFile) -> str:
@@ -601,6 +666,7 @@ def resume_session(
     ask_about_changes: Callable[[ResumePreview], bool] | None = None,
     verify: bool = False,
     strategy_prompt: StrategyPrompt | None = None,
+    mode: str | None = None,
 ) -> Session:
     """Continue a session in a new process; completed steps replay from the record.
 
@@ -627,16 +693,22 @@ def resume_session(
             ask_about_changes=ask_about_changes,
             verify=verify,
             strategy_prompt=strategy_prompt,
+            mode=mode,
         )
     except AcodeError as refused:
-        log_event(
-            ws.paths,
-            "resume_refused",
-            session=id_or_prefix,
-            code=refused.code.value,
-            message=refused.message,
-        )
+        log_refusal(ws.paths, id_or_prefix, refused)
         raise
+
+
+def log_refusal(paths: StatePaths, id_or_prefix: str | None, refused: AcodeError) -> None:
+    """A resume refused by one of its checks, in the log with its code."""
+    log_event(
+        paths,
+        "resume_refused",
+        session=id_or_prefix,
+        code=refused.code.value,
+        message=refused.message,
+    )
 
 
 def _resume(
@@ -654,6 +726,7 @@ def _resume(
     ask_about_changes: Callable[[ResumePreview], bool] | None,
     verify: bool,
     strategy_prompt: StrategyPrompt | None,
+    mode: str | None,
 ) -> Session:
     # Loaded here, not with this module: a preview (--dry-run) runs no step.
     from acode.runtime.session import Session
@@ -691,7 +764,9 @@ def _resume(
         recorded = recorded_config(row, journal.history)
         if verify:
             verify_history(store, row, signer)
-        preview = _preview(journal, ws.config, shown=on_preview is not None)
+        preview = _preview(
+            journal, ws.config, clock.now_us(), shown=on_preview is not None
+        )._replace(mode=mode)
         # With --force the person chose the configuration as it is now.
         config = current_config(journal.history, row, ws.config) if force else recorded
         strategy = strategy or config.resume.in_progress_strategy

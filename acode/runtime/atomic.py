@@ -27,6 +27,7 @@ def write_at(
     *,
     temp_fd: int | None = None,
     executable: bool | None = None,
+    private: bool = False,
 ) -> None:
     """Replace ``name`` in directory ``dir_fd`` with ``data`` so that a crash leaves
     either the old or the new file.
@@ -35,13 +36,14 @@ def write_at(
     fsynced, renamed over the target between the two held directories, and the directory
     is fsynced so the rename itself survives power loss. An existing file keeps its
     permission bits; ``executable`` sets or clears the execute bits (for whoever may
-    read, as git does). A symlink at ``name`` is replaced, not followed. On failure the
+    read, as git does); ``private`` makes it readable by its owner alone (0600), from the
+    temporary file on. A symlink at ``name`` is replaced, not followed. On failure the
     temporary file is removed and the target is as it was. When ``temp_fd`` is on another
     file system, the temporary file is written beside the target instead.
     """
     temp_dir = dir_fd if temp_fd is None else temp_fd
-    mode = _existing_mode(dir_fd, name)
-    fd, temp = _create_temp(temp_dir)
+    mode = 0o600 if private else _existing_mode(dir_fd, name)
+    fd, temp = _create_temp(temp_dir, 0o600 if private else 0o644)
     try:
         with open(fd, "wb", closefd=True) as handle:
             handle.write(data)
@@ -57,7 +59,7 @@ def write_at(
             if exc.errno != errno.EXDEV or temp_dir == dir_fd:
                 raise
             os.unlink(temp, dir_fd=temp_dir)
-            write_at(dir_fd, name, data, executable=executable)
+            write_at(dir_fd, name, data, executable=executable, private=private)
             return
     except BaseException:
         # BaseException too: a Ctrl+C mid-write must not leave a stray temp file behind.
@@ -82,13 +84,13 @@ def _existing_mode(dir_fd: int, name: str) -> int | None:
     return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
 
 
-def _create_temp(dir_fd: int) -> tuple[int, str]:
+def _create_temp(dir_fd: int, mode: int) -> tuple[int, str]:
     while True:
         # What secrets.token_hex(8) returns, without loading the random module for it.
         temp = f"{TEMP_PREFIX}{os.urandom(8).hex()}"
         try:
             # 0o644 lets the umask apply, unlike mkstemp's fixed 0o600.
-            return os.open(temp, _TEMP_FLAGS, 0o644, dir_fd=dir_fd), temp
+            return os.open(temp, _TEMP_FLAGS, mode, dir_fd=dir_fd), temp
         except FileExistsError:
             continue
 

@@ -34,6 +34,7 @@ __all__ = [
     "is_resumable_row",
     "recorded_agent",
     "recorded_config",
+    "recorded_mode",
     "recorded_plan",
     "resumable_sessions",
 ]
@@ -152,6 +153,15 @@ def recorded_agent(source: Source, row: SessionRow) -> AgentRecord | None:
     return AgentRecord(
         str(created.get("task", row.title)), dict(overrides) if isinstance(overrides, dict) else {}
     )
+
+
+def recorded_mode(source: Source, row: SessionRow) -> str | None:
+    """The mode chosen with `acode run --mode` when the session started, which its resume
+    defaults to; None when it ran in the default mode of its terminal (recorded too, but
+    not a choice to hold a later resume to) or started before modes were recorded."""
+    created = _event(source, row, 1).payload  # session_created
+    mode = created.get("mode")
+    return mode if isinstance(mode, str) and created.get("mode_chosen") is True else None
 
 
 def current_config(source: Source, row: SessionRow, workspace_config: AcodeConfig) -> AcodeConfig:

@@ -36,18 +36,22 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def atomic_write(path: Path, data: bytes, *, temp_dir: Path | None = None) -> None:
+def atomic_write(
+    path: Path, data: bytes, *, temp_dir: Path | None = None, private: bool = False
+) -> None:
     """Replace ``path``, a file of acode's own (its configuration, progress file,
     exports), with ``data`` so that a crash leaves either the old or the new file
     (:func:`~acode.runtime.beneath.write_at`). Missing parent directories are made, and
     fsynced into their parents. ``temp_dir`` (on the same file system) keeps the
     temporary file elsewhere: a SIGKILL between write and rename, which nothing can
-    clean up at once, then leaves it there. Workspace files go through
+    clean up at once, then leaves it there. ``private``: the file is its owner's alone
+    (0600), and so are the directories made for it (0700). Workspace files go through
     :meth:`Beneath.write`, which resolves the path without following symlinks.
     """
-    _make_dirs_durably(path.parent)
+    dir_mode = 0o700 if private else 0o777
+    _make_dirs_durably(path.parent, dir_mode)
     if temp_dir is not None:
-        _make_dirs_durably(temp_dir)
+        _make_dirs_durably(temp_dir, dir_mode)
     with contextlib.ExitStack() as held:
         dir_fd = os.open(path.parent, _ROOT_FLAGS)
         held.callback(os.close, dir_fd)
@@ -55,10 +59,10 @@ def atomic_write(path: Path, data: bytes, *, temp_dir: Path | None = None) -> No
         if temp_dir is not None:
             temp_fd = os.open(temp_dir, _ROOT_FLAGS)
             held.callback(os.close, temp_fd)
-        write_at(dir_fd, path.name, data, temp_fd=temp_fd)
+        write_at(dir_fd, path.name, data, temp_fd=temp_fd, private=private)
 
 
-def _make_dirs_durably(directory: Path) -> None:
+def _make_dirs_durably(directory: Path, mode: int) -> None:
     # A new directory's entry lives in its parent: fsync that too, or a power loss can
     # take the directory (and the file about to be written into it) away.
     missing: list[Path] = []
@@ -68,7 +72,7 @@ def _make_dirs_durably(directory: Path) -> None:
         current = current.parent
     for new_dir in reversed(missing):
         with contextlib.suppress(FileExistsError):
-            new_dir.mkdir()
+            new_dir.mkdir(mode)
         fd = os.open(new_dir.parent, _ROOT_FLAGS)
         try:
             fsync_dir(fd)

@@ -113,6 +113,8 @@ def open_session(
     approver: Approver | None = None,
     interrupts: Interrupts | None = None,
     clock: Clock | None = None,
+    mode: str | None = None,
+    mode_chosen: bool = False,
 ) -> Session:
     """Start a new session in ``workspace`` and hold its lock until it is closed.
 
@@ -121,7 +123,9 @@ def open_session(
     that were applied to ``config``, so that resume applies them again. ``plan_file``,
     the file ``plan`` was read from, is recorded to name it when the session is over. ``ledger``
     ("work" or "tasks") makes it a session that later commands append to
-    (``acode.work.ledger``)."""
+    (``acode.work.ledger``). ``mode`` is the resume mode it runs in (`acode run --mode`,
+    ``mode_chosen`` when given there rather than taken by default): its resume defaults to
+    a chosen one."""
     # Loaded here, not with this module: the commands that only read sessions and the
     # previews of resume need the workspace helpers above, not the step engine.
     from acode.runtime.session import Session
@@ -146,7 +150,15 @@ def open_session(
             config_hash=config_hash(session_config(ws.config)),
             parent_id=parent_id,
             entries=_first_events(
-                title, ws, kind, plan, plan_file, parent_id, agent_task, overrides
+                title,
+                ws,
+                kind,
+                plan,
+                plan_file,
+                parent_id,
+                agent_task,
+                overrides,
+                (mode, mode_chosen),
             ),
             clock=clock,
             signer=signer,
@@ -180,6 +192,7 @@ def _first_events(
     parent_id: str | None,
     agent_task: str | None,
     overrides: Mapping[str, object] | None,
+    mode: tuple[str | None, bool],
 ) -> list[tuple[EventType, dict[str, object]]]:
     created: dict[str, object] = {
         "title": title,
@@ -195,6 +208,8 @@ def _first_events(
     if agent_task is not None:
         created["task"] = agent_task
         created["overrides"] = dict(overrides or {})
+    if mode[0] is not None:
+        created["mode"], created["mode_chosen"] = mode
     entries: list[tuple[EventType, dict[str, object]]] = [(EventType.SESSION_CREATED, created)]
     if plan is not None:
         entries.append(

@@ -39,7 +39,10 @@ class NotedCommand:
 
     def __init__(self, paths: StatePaths, session_id: str, name: str, command: str) -> None:
         directory = _children_dir(paths, session_id)
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Each made private, not only the last: mkdir(parents=True) makes the others 0777
+        # less the umask, and the session's folder holds its progress file.
+        for folder in (paths.sessions_dir, directory.parent, directory):
+            folder.mkdir(exist_ok=True, mode=0o700)
         self._note = directory / f"{name}.pgid"
         # `exec` keeps the shell's pid, which is the group's id (a new session).
         self.command = (

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acode.domain.marks import Mark
 from acode.domain.reducer import SessionSummary, StepRecord, StepStatus
 from acode.domain.states import is_terminal
 from acode.domain.usage import Usage, total_usage
@@ -29,6 +30,7 @@ from acode.runtime.catalog import recorded_config, recorded_plan
 from acode.runtime.files import atomic_write
 from acode.runtime.inspection import model_usage
 from acode.runtime.journal import Journal
+from acode.runtime.marks import session_marks
 from acode.runtime.workspace import StatePaths
 from acode.security.redaction import redact, redact_blocks, redact_json
 from acode.store.records import MessageRow, SessionRow
@@ -52,6 +54,7 @@ RUN_TAIL_LINES = 20
 SHOWN_MESSAGES = 200
 SHOWN_RESULTS = 20
 SHOWN_STEPS = 200  # the newest steps the execution state lists by id
+SHOWN_MARKS = 10
 _ROLES = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system": "System"}
 _BACKTICKS = re.compile("`+")
 
@@ -77,9 +80,11 @@ def render_progress(
     *,
     now_us: int,
     usage: Usage | None = None,
+    marks: Sequence[Mark] | None = None,
 ) -> str:
     """The progress file of a session, as of ``summary``, written at ``now_us``;
-    ``usage``: its model calls' usage when the caller keeps a running total."""
+    ``usage`` and ``marks``: its model calls' usage and its marked checkpoints, when the
+    caller keeps them as it goes."""
     plan = recorded_plan(store, row)
     newest = store.newest_steps(row, max(SHOWN_RESULTS, SHOWN_STEPS))
     # Steps left unfinished have a row in `steps` (schema 4), wherever they are.
@@ -89,7 +94,13 @@ def render_progress(
     sections = [
         f"# Session progress - {_one_line(row.title)}",
         _metadata(
-            store, row, summary, plan, now_us, model_usage(store, row) if usage is None else usage
+            store,
+            row,
+            summary,
+            plan,
+            now_us,
+            model_usage(store, row) if usage is None else usage,
+            session_marks(store, row) if marks is None else marks,
         ),
         _configuration(row),
         _conversation(store, row),
@@ -127,6 +138,7 @@ def _metadata(
     plan: Plan | None,
     now_us: int,
     usage: Usage,
+    marks: Sequence[Mark],
 ) -> str:
     newest = store.newest_checkpoint(row)
     if newest is not None:
@@ -142,6 +154,7 @@ def _metadata(
         f"- **Plan**: {plan_title}",
         f"- **Started**: {iso_time(row.created_at)}",
         f"- **Last Checkpoint**: {checkpoint}",
+        *_marked(marks),
         f"- **Status**: {summary.state.value.lower()}",
         f"- **Reason**: {_one_line(summary.reason) if summary.reason else 'none'}",
         f"- **Written**: {iso_time(now_us)}",
@@ -153,6 +166,20 @@ def _metadata(
             f"{usage.completion_tokens} completion tokens; cost {cost}"
         )
     return "\n".join(lines)
+
+
+def _marked(marks: Sequence[Mark]) -> list[str]:
+    if not marks:
+        return []
+    shown = [
+        f"{_quoted(m.label)} (event {m.seq}, {iso_time(m.ts_us)})" for m in marks[-SHOWN_MARKS:]
+    ]
+    earlier = f"{len(marks) - SHOWN_MARKS} earlier, then " if len(marks) > SHOWN_MARKS else ""
+    return [f"- **Marked Checkpoints**: {earlier}{', '.join(shown)}"]
+
+
+def _quoted(label: str) -> str:
+    return json.dumps(_one_line(label), ensure_ascii=False)
 
 
 def _configuration(row: SessionRow) -> str:
@@ -374,6 +401,7 @@ class ProgressFile:
         # since, so that a render does not read the whole history.
         self._usage = Usage()
         self._usage_seq = 0
+        self._marks: list[Mark] = []  # likewise, the marked checkpoints
 
     def path(self, session_id: str) -> Path:
         return self._paths.session_dir(session_id) / PROGRESS_FILE_NAME
@@ -387,13 +415,20 @@ class ProgressFile:
         assert summary is not None  # a journal has a summary once its session exists
         store, row = journal.store, journal.row
         self._usage += total_usage(store.model_results(row, self._usage_seq, summary.seq))
+        self._marks += session_marks(store, row, self._usage_seq)
         self._usage_seq = summary.seq
         text = render_progress(
-            store, row, summary, now_us=time.time_ns() // 1000, usage=self._usage
+            store,
+            row,
+            summary,
+            now_us=time.time_ns() // 1000,
+            usage=self._usage,
+            marks=self._marks,
         )
         target = self.path(journal.session_id)
         try:
-            atomic_write(target, text.encode("utf-8"))
+            # The file is redacted, but it is a session's story: its owner's alone.
+            atomic_write(target, text.encode("utf-8"), private=True)
         except OSError:
             # The file is a view of the database, which already holds everything it says:
             # a full disk or a read-only directory must not fail or pause the session.

@@ -81,6 +81,7 @@ from acode.security.signing import Signer
 from acode.store.records import FileRow
 
 if TYPE_CHECKING:
+    from acode.domain.marks import Mark
     from acode.runtime.process import CommandResult
     from acode.runtime.sync_link import SyncLink
 
@@ -1037,6 +1038,20 @@ class Session:
         from acode.runtime.rollback import take_as_left
 
         return take_as_left(self.workspace, unsettled.ctx)
+
+    def checkpoint(self, label: str) -> Mark:
+        """Name the point the session has reached (``acode session checkpoint`` does it
+        for a session no process runs). Every step is checkpointed already: a mark adds
+        a name, shown in the history, the progress file and the export. A label the
+        session has already marked returns that mark, so a resumed program that calls
+        this again records nothing new."""
+        from acode.runtime.marks import record_mark
+
+        self._require_active()
+        mark, new = record_mark(self._journal, label)
+        if new:
+            self._progress.update(self._journal)
+        return mark
 
     def complete(self) -> None:
         self._transition(SessionState.COMPLETED, "all steps done")

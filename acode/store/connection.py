@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Literal
 
@@ -13,6 +14,17 @@ from acode.errors import DatabaseDamagedError, StorageError
 __all__ = ["Durability", "atomic", "connect", "damaged_database", "database_damaged"]
 
 Durability = Literal["full", "normal"]
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _create_private(path: Path) -> None:
+    """Create a missing database file readable by its owner alone: it holds every
+    session's history unredacted (its directory is private too, but a copy or a
+    ``chmod -R`` of it should not open it). SQLite gives its WAL and shared-memory files
+    the database file's mode."""
+    # When it exists, it keeps its mode; any other failure, SQLite reports next.
+    with suppress(OSError):
+        os.close(os.open(path, _NEW_FILE, 0o600))
 
 
 def connect(path: Path, durability: Durability = "full") -> sqlite3.Connection:
@@ -24,6 +36,7 @@ def connect(path: Path, durability: Durability = "full") -> sqlite3.Connection:
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(path)
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout = 5000")
         conn.execute("PRAGMA journal_mode = WAL")

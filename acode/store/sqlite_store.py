@@ -536,8 +536,10 @@ class SqliteStore:
             )
         return found
 
-    def events_of_type(self, session: SessionRow, type_: EventType) -> list[Event]:
-        bounds = (key(session.sid, 0), key(session.sid + 1, 0))
+    def events_of_type(
+        self, session: SessionRow, type_: EventType, after_seq: int = 0
+    ) -> list[Event]:
+        bounds = (key(session.sid, after_seq), key(session.sid + 1, 0))
         rows = self.conn.execute(SELECT_EVENTS_OF_TYPE, (*bounds, type_.value)).fetchall()
         return [event_from_row(session.id, r) for r in rows]
 

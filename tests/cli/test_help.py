@@ -96,6 +96,7 @@ def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
         "approve",
         "resume",
         "run",
+        "session checkpoint",
         "session discard",
         "session export",
         "session history",

@@ -81,7 +81,10 @@ def _paused_days_ago(
     return session.id
 
 
-def test_interactive_mode_asks_before_resuming_the_only_session(
+MENU = "[R]esume, [S]tart over from scratch, [V]iew details, [A]bort [r/s/v/a] (r): "
+
+
+def test_interactive_mode_shows_the_plan_and_asks_before_resuming_the_only_session(
     acode: Cli, terminal: OpenTerminal
 ) -> None:
     session = _paused(acode, "Napping")
@@ -89,23 +92,20 @@ def test_interactive_mode_asks_before_resuming_the_only_session(
     before = _events(acode, session)
 
     declined = terminal("resume")
-    shown = declined.expect("Resume this session? [y/n] (y): ")
-    declined.answer("n")
+    shown = declined.expect(MENU)
+    declined.answer("a")
 
-    assert shown.splitlines() == [
-        "Found 1 resumable session:",
-        f"  {short} - PAUSED - 'Napping'",
-        "     Paused at: Task 1/1, Step 3/4 (main > nap)",
-        shown.splitlines()[3],
-        "Resume this session? [y/n] (y): ",
-    ]
-    assert re.fullmatch(r"     Interrupted: \d+ seconds ago \(fresh\)", shown.splitlines()[3])
-    assert declined.finish(expect=0).split() == ["n", "Nothing", "resumed."]
+    assert shown.splitlines()[0] == f"Session {short}: Napping"
+    assert re.fullmatch(r"  PAUSED, interrupted \d+ seconds? ago \(fresh\)", shown.splitlines()[1])
+    assert shown.splitlines()[2] == (
+        "  ▸ Task 1: Main: 2 of 4 steps done; in progress: nap (retry); remaining: last"
+    )
+    assert declined.finish(expect=0).split() == ["a", "Nothing", "resumed."]
     assert _events(acode, session) == before
 
     accepted = terminal("resume")
-    accepted.expect("Resume this session? [y/n] (y): ")
-    accepted.answer("")  # Enter takes the default: yes
+    accepted.expect(MENU)
+    accepted.answer("")  # Enter takes the default: resume
 
     rest = accepted.finish(expect=0)
     assert f"Resuming session {short}: Napping" in rest
@@ -134,11 +134,13 @@ def test_interactive_mode_numbers_several_sessions_and_takes_a_choice(
     chooser.expect("Please select one of the available options")
     chooser.expect("Resume which one? [1/2/none] (1): ")
     chooser.answer("2")
+    chooser.expect(MENU)
+    chooser.answer("r")
 
     lines = listing.splitlines()
     assert lines[0] == "Found 2 resumable sessions (most recent first):"
     assert lines[1] == f"  1. {new_short} - PAUSED - 'Newer work'"
-    assert re.fullmatch(r"     Interrupted: \d+ seconds ago \(fresh\)", lines[3])
+    assert re.fullmatch(r"     Interrupted: \d+ seconds? ago \(fresh\)", lines[3])
     assert lines[4] == f"  2. {old_short} - PAUSED - 'Older work'"
     assert lines[5:8] == [
         "     Paused at: the start",
@@ -166,8 +168,16 @@ def test_autopilot_never_asks_even_on_a_terminal(
     assert "Newer work" in rest
     assert acode.status(newer)["state"] == "COMPLETED"
     assert acode.status(older)["state"] == "PAUSED"
-    # Without a terminal, autopilot is the default: the other one, and no question.
-    assert "Older work" in acode("resume").out
+    # Without a terminal, autopilot is the default: the other one, which is a day old,
+    # needs a person, or a flag that says one decided.
+    stopped = acode("resume", expect=18)
+    assert stopped.flat_err.startswith(
+        "error ACODE-RESUME-008: autopilot does not resume session "
+        f"{acode.status(older)['short_id']} on its own: interrupted 1 day ago (moderate, 24 "
+        "hours or more)"
+    )
+    assert acode.status(older)["state"] == "PAUSED"
+    assert "Older work" in acode("resume", "--any-age").out
     assert acode.status(older)["state"] == "COMPLETED"
 
 
@@ -190,6 +200,14 @@ def test_preflight_reports_everything_and_goes_on_only_on_proceed(
 
     assert f"Would resume session {short}: Careful work" in report
     assert "  In progress: nap (retry)" in report
+    assert "  ✓ Integrity: all 9 events verified from the first (--verify)\n" in report
+    assert re.search(
+        r"\nAge and risk:\n  Interrupted: \d+ seconds? ago \(fresh\)\n"
+        r"  Changed files: job-1.txt \(modified\)\n  Configuration changes: none\n"
+        r"  In progress: nap: run: echo .* -> retry\n"
+        r"  A rollback will: revert nothing \(the step runs again\)\n",
+        report,
+    )
     assert "Files the session touched (2):\n  ✗ job-1.txt: Modified\n  ✓ job-2.txt: unchanged" in (
         report
     )
@@ -216,8 +234,11 @@ def test_changed_files_prompt_can_view_abort_or_continue(
     question = "[C]ontinue anyway, [A]bort, [V]iew changes [c/a/v] (a): "
 
     aborted = terminal("resume", session)
+    aborted.expect(MENU)
+    aborted.answer("r")
     shown = aborted.expect(question)
     aborted.answer("a")
+    assert "  ✗ Changed since it stopped: job-2.txt (modified)\n" in aborted.screen
 
     assert "  ✗ Files the session touched: 2 checked, 1 changed\n    - job-2.txt (modified, " in (
         shown
@@ -227,6 +248,8 @@ def test_changed_files_prompt_can_view_abort_or_continue(
     assert acode.status(session)["resumes"] == 0
 
     viewer = terminal("resume", session)
+    viewer.expect(MENU)
+    viewer.answer("r")
     viewer.expect(question)
     viewer.answer("v")
     diff = viewer.expect(question)
@@ -253,6 +276,8 @@ def test_strategy_prompt_asks_what_to_do_with_the_interrupted_step(
     question = STRATEGY_QUESTION
 
     stop = terminal("resume", session, "--strategy", "prompt")
+    stop.expect(MENU)
+    stop.answer("r")
     stop.expect(question)
     stop.answer("s")
 
@@ -261,6 +286,8 @@ def test_strategy_prompt_asks_what_to_do_with_the_interrupted_step(
     assert len(read_pids(acode.workspace / "job.pids")) == 1  # the command did not run
 
     retry = terminal("resume", session, "--strategy", "prompt")
+    retry.expect(MENU)
+    retry.answer("r")
     retry.expect(question)
     retry.answer("t")
 
@@ -271,6 +298,8 @@ def test_strategy_prompt_asks_what_to_do_with_the_interrupted_step(
 def test_the_strategy_question_stays_on_the_screen(acode: Cli, terminal: OpenTerminal) -> None:
     session = _paused(acode, "Half done")
     asking = terminal("resume", session, "--strategy", "prompt")
+    asking.expect(MENU)
+    asking.answer("r")
     asking.expect(STRATEGY_QUESTION)
 
     redrawn = asking.idle(0.5)
@@ -298,6 +327,8 @@ def test_approvals_are_asked_on_a_terminal_except_in_autopilot(
     assert "is waiting for approval of step 'ok': Ship it?" in auto.finish(expect=20)
 
     asked = terminal("resume", session)
+    asked.expect(MENU)
+    asked.answer("r")
     asked.expect("Approval needed (ok): Ship it? [y/n/v/?]: ")
     assert ERASE_LINE not in asked.idle(0.3)  # the progress display waits with the question
     asked.answer("y")
@@ -314,12 +345,14 @@ def test_ctrl_c_at_a_question_changes_nothing_or_pauses(acode: Cli, terminal: Op
     before = _events(acode, session)
 
     choosing = terminal("resume")
-    choosing.expect("Resume this session? [y/n] (y): ")
+    choosing.expect(MENU)
     choosing.type("\x03")  # Ctrl+C before anything was written
     choosing.finish(expect=130)
     assert _events(acode, session) == before
 
     approving = terminal("resume", session)
+    approving.expect(MENU)
+    approving.answer("r")
     approving.expect("Approval needed (ok): Ship it? [y/n/v/?]: ")
     approving.type("\x03")  # Ctrl+C at the approval: the session pauses
 

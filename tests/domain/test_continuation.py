@@ -3,6 +3,7 @@ what it finds half-done (and what it will do with it), and what is still to run.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acode.domain.continuation import ContinuationPlan, expected_action, plan_continuation
+from acode.domain.continuation import (
+    ContinuationPlan,
+    PlanMismatch,
+    check_positions,
+    expected_action,
+    plan_continuation,
+    replay_ranges,
+)
 from acode.domain.kinds import StepKind
 from acode.domain.plan import Plan, StepSpec
 from acode.domain.reducer import StepStatus
@@ -249,3 +257,26 @@ def test_every_step_is_skipped_in_progress_or_pending_in_plan_order(
     task = plan.tasks[task_number - 1]
     assert task.id == result.resume_task
     assert task.steps[step_number - 1].id == unfinished[0]
+
+
+@given(
+    st.integers(min_value=0, max_value=200),
+    st.sets(st.integers(min_value=0, max_value=220), max_size=12),
+)
+def test_replay_ranges_are_every_completed_position_in_order(
+    next_position: int, unfinished: set[int]
+) -> None:
+    ranges = replay_ranges(next_position, unfinished)
+    positions = [p for first, last in ranges for p in range(first, last + 1)]
+    assert positions == [p for p in range(next_position) if p not in unfinished]
+    assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(ranges))
+    assert len(ranges) <= len(unfinished) + 1
+
+
+def test_check_positions_accepts_the_record_of_the_plan_and_refuses_another() -> None:
+    check_positions(PLAN, 3, {2: "validator"})
+    with pytest.raises(PlanMismatch, match="step 3 was recorded as 'other', but its plan has"):
+        check_positions(PLAN, 3, {2: "other"})
+    too_many = len(PLAN.steps()) + 1
+    with pytest.raises(PlanMismatch, match=f"{too_many} steps were recorded, but its plan has"):
+        check_positions(PLAN, too_many, {})

@@ -417,9 +417,13 @@ def test_continuation_planning(cli: Cli) -> None:
         ("d", "done"),
     ]
     logged = [r for r in _log(ws) if r["session_id"] == session]
-    assert [r["event"] for r in logged] == ["session_resume", "step_recovery"]
-    assert logged[0]["continuation"] == planned
-    assert (logged[1]["step"], logged[1]["action"]) == ("nap", "retry")
+    assert [r["event"] for r in logged] == [
+        "autopilot_decision",
+        "session_resume",
+        "step_recovery",
+    ]
+    assert logged[1]["continuation"] == planned
+    assert (logged[2]["step"], logged[2]["action"]) == ("nap", "retry")
     order = [
         kind
         for kind, p in _events_of(ws, session)

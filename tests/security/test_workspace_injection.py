@@ -158,8 +158,8 @@ def test_the_prompt_shows_a_fix_made_while_paused_and_keeps_it(
     acode.write("src/login.py", FIXED)
 
     term = terminal("resume")
-    term.expect("Resume this session? [y/n] (y):")
-    term.answer("y")
+    term.expect("[R]esume, [S]tart over from scratch, [V]iew details, [A]bort [r/s/v/a] (r):")
+    term.answer("r")
     shown = term.expect("[C]ontinue anyway, [A]bort, [V]iew changes")
     term.answer("v")
     diff = term.expect("[C]ontinue anyway, [A]bort, [V]iew changes")

@@ -95,6 +95,13 @@ def test_a_change_only_done_steps_touched_informs_one_a_step_still_uses_blocks(
     assert [(c["path"], c["severity"]) for c in resumed[-1]["changed_files"]] == [
         ("notes.txt", "informational")
     ]
+    # Autopilot (no terminal) judged it safe, and logged why.
+    decided = [r for r in _log(acode) if r["event"] == "autopilot_decision"][-1]
+    assert (decided["decision"], decided["conflicts"]) == ("resume", [])
+    assert (
+        "1 changed file(s) no step still to run touches: notes.txt (informational)"
+        in decided["reasons"]
+    )
 
 
 def test_a_step_still_to_run_that_may_touch_any_file_makes_every_change_block(

@@ -53,7 +53,6 @@ def task_title(task: str) -> str:
 
 
 def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
-    from acode.cli.views import MODEL_BUSY
     from acode.resume.environment import check_model
     from acode.resume.modes import Mode
     from acode.runtime.interrupts import Interrupts
@@ -69,11 +68,13 @@ def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
             ) from exc
     model = check_model(config)
     if model.problem is not None:
-        raise EnvironmentValidationError(
-            f"cannot start: {model.problem}",
-            hint="start the model server, or point model.base_url and model.name in "
-            ".agent/config.yml (or --base-url/--model) at one that serves it",
+        hint = (
+            "start the model server, or point model.base_url and model.name in "
+            ".agent/config.yml (or --base-url/--model) at one that serves it"
         )
+        if model.busy:
+            hint = model.busy_hint("run the command again")
+        raise EnvironmentValidationError(f"cannot start: {model.problem}", hint=hint)
     observer = choose_observer(req.as_json)
     with Interrupts().installed() as interrupts:
         session = open_session(
@@ -97,18 +98,14 @@ def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
                     "id": session.id,
                     "task": req.task,
                     "model": model.name,
-                    "model_busy": model.busy,
                 }
             )
         else:
-            console = out_console()
-            console.print(
+            out_console().print(
                 f"Session {session.short_id} started: {session.title} (model {model.name} at "
                 f"{model.base_url})",
                 markup=False,
             )
-            if model.busy:
-                console.print(f"  Model {model.name} busy ({MODEL_BUSY})", markup=False)
         return drive(session, agent_body(req.task, req.as_json), as_json=req.as_json)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from acode.cli.console import err_console, keyboard, out_console
 from acode.cli.progress import quiet_screen
-from acode.cli.views import environment_lines
+from acode.cli.views import changed_file_lines
 from acode.resume.environment import diff_against_record, recorded_content
 from acode.resume.service import ResumePreview
 from acode.runtime.inspection import read_store
@@ -29,7 +29,9 @@ def changed_files_prompt(workspace: Path) -> Callable[[ResumePreview], bool]:
         from rich.prompt import Prompt
 
         console = out_console()
-        for line in environment_lines(preview):
+        assert preview.environment is not None  # asked about what it found
+        # The whole report follows, with the resume, once the answer is to go on.
+        for line in changed_file_lines(preview.environment, rest=True):
             console.print(line, markup=False)
         console.print("The session was working on these files. Changes may conflict.")
         while True:

@@ -39,7 +39,13 @@ from acode.resume.modes import (
     judge_for_autopilot,
     log_autopilot,
 )
-from acode.resume.service import ChangedFilesAction, ResumePreview, log_refusal, preview_resume
+from acode.resume.service import (
+    ChangedFilesAction,
+    ResumePreview,
+    log_refusal,
+    preview_resume,
+    refuse_problems,
+)
 from acode.runtime.catalog import find_session
 from acode.runtime.inspection import read_store
 from acode.runtime.locks import is_locked
@@ -188,7 +194,15 @@ def _too_old(preview: ResumePreview, verdict: AutopilotVerdict) -> AcodeError:
 def _checked(req: ResumeRequest, session_id: str, *, verify: bool) -> ResumePreview:
     """The preview a resume decides on; a refusal is logged as the resume's would be."""
     try:
-        return preview_resume(session_id, req.workspace, verify=verify)
+        preview = preview_resume(session_id, req.workspace, verify=verify)
+        # Refused at once whatever the mode: the resume's own checks would wait for a
+        # silent model server all over again. The preview checked the model that the
+        # configuration names now, the resume the recorded one unless --force: the same
+        # when nothing changed.
+        env = preview.environment
+        if env is not None and (not env.config or req.force):
+            refuse_problems(preview)
+        return preview
     except AcodeError as refused:
         paths = StatePaths(req.workspace)
         # As the resume's own: an unreadable configuration is not a resume refused, and
@@ -343,7 +357,7 @@ def _preflight(preview: ResumePreview) -> bool:
     from rich.prompt import Prompt
 
     console = out_console()
-    print_preview(preview, dry_run=True, as_json=False)
+    print_preview(preview, dry_run=True, as_json=False, verdict=False)
     console.print(
         f"  ✓ Integrity: all {preview.summary.seq} events verified from the first (--verify)",
         markup=False,

@@ -16,12 +16,11 @@ from acode.store.records import SessionRow
 if TYPE_CHECKING:
     from acode.domain.position import Position
     from acode.domain.timing import WorkTime
-    from acode.resume.environment import ChangedFile, RollbackPreview
+    from acode.resume.environment import ChangedFile, EnvironmentReport, RollbackPreview
     from acode.resume.service import ResumePreview
     from acode.sync.status import SyncStatus
 
 __all__ = [
-    "MODEL_BUSY",
     "duration_text",
     "event_json",
     "print_history",
@@ -31,10 +30,6 @@ __all__ = [
     "session_json",
     "usage_line",
 ]
-
-
-# What a model server that took the connection but did not answer in time is doing.
-MODEL_BUSY = "its server is still answering an earlier request; acode waits"
 
 
 def _now_us() -> int:
@@ -255,21 +250,18 @@ def environment_lines(preview: ResumePreview) -> list[str]:
     if env is None:
         return ["Environment validation: off (resume.validate_environment: false)"]
     mark = {True: "✓", False: "✗"}
-    touched = [c for c in env.changed if not c.since_pause]
     lines = [
         "Validating environment...",
         f"  {mark[env.workspace_exists]} Working directory exists",
-        f"  {mark[not touched]} Files the session touched: {env.files_checked} checked"
-        + (f", {len(touched)} changed" if touched else ", unchanged"),
-        *_change_lines(touched),
     ]
+    lines += changed_file_lines(env)
     rollback = env.rollback
     since = [c for c in env.changed if c.since_pause]
     if since or (rollback is not None and rollback.as_left is not None):
         # The files the session touched are listed above: what the pause's snapshot
         # adds is the rest of the work tree.
         lines.append(
-            f"  {mark[not since]} Rest of the work tree, as the pause left it: "
+            f"  {_mark(since)} Rest of the work tree, as the pause left it: "
             + (f"{len(since)} changed" if since else "unchanged")
         )
         lines += _change_lines(since)
@@ -278,8 +270,6 @@ def environment_lines(preview: ResumePreview) -> list[str]:
     if env.model is not None:
         ok = env.model.problem is None
         state = "available" if ok else f"unavailable: {env.model.problem}"
-        if env.model.busy:
-            state = f"busy ({MODEL_BUSY})"
         lines.append(f"  {mark[ok]} Model {env.model.name} {state}")
     lines.append(
         f"  {mark[not env.config]} Configuration "
@@ -288,13 +278,63 @@ def environment_lines(preview: ResumePreview) -> list[str]:
     return lines
 
 
+def changed_file_lines(env: EnvironmentReport, *, rest: bool = False) -> list[str]:
+    """The files the session touched: how many were checked, and each that changed;
+    ``rest``: and the rest of the work tree's changes since a pause, if any."""
+    touched = [c for c in env.changed if not c.since_pause]
+    lines = [
+        f"  {_mark(touched)} Files the session touched: {env.files_checked} checked"
+        + (f", {len(touched)} changed" if touched else ", unchanged"),
+        *_change_lines(touched),
+    ]
+    since = [c for c in env.changed if c.since_pause]
+    if rest and since:
+        lines.append(f"  {_mark(since)} Rest of the work tree, as the pause left it:")
+        lines += _change_lines(since)
+    return lines
+
+
+def _mark(changes: list[ChangedFile]) -> str:
+    """✗: a change stops the resume until you say; ⚠: changes that only inform."""
+    if not changes:
+        return "✓"
+    return "✗" if any(c.blocking for c in changes) else "⚠"
+
+
 def _change_lines(changes: list[ChangedFile]) -> list[str]:
     now = _now_us()
     lines = []
     for change in changes:
         when = f", {ago(change.modified_ns // 1000, now)}" if change.modified_ns else ""
         lines.append(f"    - {change.path} ({change.change.value.lower()}{when})")
+        by = f"{change.touched_by.describe()}; " if change.touched_by is not None else ""
+        if change.since_pause:
+            by = "changed since the pause; "
+        lines.append(f"      {change.severity.value}: {by}{change.reason}")
     return lines
+
+
+def environment_verdict(env: EnvironmentReport | None, *, dry_run: bool) -> str:
+    """The report's last line: whether the resume goes on, and with what."""
+    if env is None:
+        return "" if dry_run else "Resuming..."
+    changed = len(env.changed)
+    if dry_run:
+        if env.problems():
+            return "Environment not ready: the resume would stop (exit 17)."
+        if env.config:
+            return "Environment not ready: the configuration changed (the resume stops)."
+        if env.blocking:
+            return (
+                f"Environment not ready: {count(len(env.blocking), 'blocking change')} "
+                "(the resume asks, or stops without a terminal; --continue-on-changes goes on)."
+            )
+        if changed:
+            return f"Environment ready: {count(changed, 'changed file')}, none blocking."
+        return "Environment ready."
+    if changed:
+        return f"Environment ready: {count(changed, 'changed file')} kept as found. Resuming..."
+    return "Environment ready. Resuming..."
 
 
 def _rollback_lines(rollback: RollbackPreview) -> list[str]:
@@ -364,7 +404,11 @@ def _last_checkpoint(preview: ResumePreview) -> str:
     return last.describe()
 
 
-def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> None:
+def print_preview(
+    preview: ResumePreview, *, dry_run: bool, as_json: bool, verdict: bool = True
+) -> None:
+    """``verdict``: end with whether the environment lets the resume go on (preflight's
+    question is its own)."""
     if as_json:
         emit_json({**preview_json(preview), "event": "resume_preview" if dry_run else "resuming"})
         return
@@ -409,13 +453,12 @@ def print_preview(preview: ResumePreview, *, dry_run: bool, as_json: bool) -> No
         left = f"; {remaining} remaining" if remaining else ""
         lines.append(f"  Starting from: {_where(preview)}{left}")
         lines += _time_line(preview.work_time)
-        env = preview.environment
-        # A busy model server stops nothing, but the resume waits in its queue: say why;
-        # nor does a rollback, but what it reverts is said before it is done.
-        busy = env is not None and env.model is not None and env.model.busy
-        rolls_back = env is not None and env.rollback is not None and env.rollback.changes_anything
-        if env is not None and (not env.valid or busy or rolls_back):
-            lines += environment_lines(preview)
+        # Every resume says what it checked (001's manual), and a rollback what it
+        # reverts before it is done.
+        lines += environment_lines(preview)
+    said = environment_verdict(preview.environment, dry_run=dry_run) if verdict else ""
+    if said:
+        lines.append(said)
     console = out_console()
     for line in lines:
         console.print(line, markup=False)

@@ -5,12 +5,14 @@ or wrote is as the session left it (git's stat data first: size, mtime, change t
 inode; a hash only when one of those differs, so 10,000 unchanged files cost 10,000
 stats); the configured model answers and
 lists the model, when steps still need it; the configuration equals the one the session
-started with.
+started with. All of it within one deadline, resume.validation_timeout_seconds: the
+model's answer is waited for only as long as the rest left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -33,6 +35,8 @@ __all__ = [
     "EnvironmentReport",
     "ModelCheck",
     "RollbackPreview",
+    "Severity",
+    "Toucher",
     "changed_files",
     "check_model",
     "config_changes",
@@ -48,6 +52,31 @@ class Change(StrEnum):
     CREATED = "Created"
 
 
+class Severity(StrEnum):
+    """What a changed file means for the resume (acode.resume.conflicts)."""
+
+    CONFLICT = "conflict"  # another session wrote it since: blocking
+    BLOCKING = "blocking"  # a step still to run uses it
+    INFORMATIONAL = "informational"  # only steps that are done touched it
+
+
+class Toucher(NamedTuple):
+    """The step that last read or wrote a file."""
+
+    step: str
+    kind: str | None
+    where: str  # "Task 1, Step 2" in a plan session, else "step 3"; "" when not known
+    session: str | None = None  # another session's short id
+
+    def describe(self) -> str:
+        verb = {"read": "read", "write": "written", "edit": "edited"}.get(self.kind or "")
+        place = f"{self.where} ({self.step})" if self.where else self.step
+        return f"{verb or 'touched'} by {place}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "kind": self.kind, "where": self.where, "session": self.session}
+
+
 class ChangedFile(NamedTuple):
     """A workspace file that differs from what the session recorded, or (``since_pause``)
     from the work tree as a pause left it."""
@@ -58,6 +87,26 @@ class ChangedFile(NamedTuple):
     recorded_sha: str | None
     since_pause: bool = False
     left_blob: str | None = None  # its git blob as the pause left it; None: not there
+    touched_by: Toucher | None = None  # the step of this session that last touched it
+    severity: Severity = Severity.BLOCKING
+    reason: str = ""  # why it has that severity
+    conflict: Toucher | None = None  # another session's step that wrote it since
+
+    @property
+    def blocking(self) -> bool:
+        return self.severity is not Severity.INFORMATIONAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "change": self.change.value,
+            "modified_ns": self.modified_ns,
+            "since_pause": self.since_pause,
+            "severity": self.severity.value,
+            "reason": self.reason,
+            "touched_by": None if self.touched_by is None else self.touched_by.to_dict(),
+            "conflict": None if self.conflict is None else self.conflict.to_dict(),
+        }
 
 
 class RollbackPreview(NamedTuple):
@@ -105,9 +154,18 @@ class ModelCheck(NamedTuple):
     base_url: str
     name: str
     problem: str | None  # None: reachable and the model is listed
-    # Connected but silent within the check's time-out: a local server busy with an
-    # earlier request (one a killed acode left) answers later; requests wait for it.
+    # Connected but silent within the check's time: a problem like any other (a local
+    # server still answering an earlier request, such as one a killed acode left, is
+    # the likely cause, and waiting for it the cure).
     busy: bool = False
+
+    def busy_hint(self, then: str) -> str:
+        """What to do about a server that did not answer; ``then``: the command after."""
+        return (
+            "a local model server answers one request at a time, and may still be answering "
+            "one that an interrupted run left: wait until it answers "
+            f"(`curl -s {self.base_url.rstrip('/')}/models`), then {then}"
+        )
 
 
 class EnvironmentReport(NamedTuple):
@@ -120,6 +178,8 @@ class EnvironmentReport(NamedTuple):
     config: tuple[ConfigChange, ...] = ()
     model: ModelCheck | None = None
     rollback: RollbackPreview | None = None
+    seconds: float = 0.0  # what the validation took
+    budget_seconds: float = 0.0  # resume.validation_timeout_seconds
 
     @property
     def files_checked(self) -> int:
@@ -129,6 +189,38 @@ class EnvironmentReport(NamedTuple):
     def valid(self) -> bool:
         """Nothing at all differs from what the session left."""
         return not self.problems() and not self.changed and not self.config
+
+    @property
+    def blocking(self) -> tuple[ChangedFile, ...]:
+        """The changed files that stop a resume unless the person says go on."""
+        return tuple(c for c in self.changed if c.blocking)
+
+    @property
+    def ready(self) -> bool:
+        """Nothing stops the resume: no problem, no blocking change, the same settings
+        (what the person may waive is not counted as waived here)."""
+        return not self.problems() and not self.blocking and not self.config
+
+    def checks(self) -> list[dict[str, Any]]:
+        """Each check with its outcome, as the text report lists them."""
+        found = [
+            {"check": "workspace", "ok": self.workspace_exists, "detail": self.workspace},
+            {
+                "check": "files",
+                "ok": not self.blocking,
+                "detail": f"{self.files_checked} checked, {len(self.changed)} changed, "
+                f"{len(self.blocking)} blocking",
+            },
+        ]
+        if self.model is not None:
+            problem = self.model.problem
+            found.append(
+                {"check": "model", "ok": problem is None, "detail": problem or self.model.name}
+            )
+        keys = ", ".join(c.key for c in self.config)
+        detail = f"changed: {keys}" if keys else "unchanged"
+        found.append({"check": "configuration", "ok": not self.config, "detail": detail})
+        return found
 
     def problems(self) -> list[str]:
         """What stops a resume whatever the person decides."""
@@ -145,10 +237,7 @@ class EnvironmentReport(NamedTuple):
             "workspace_exists": self.workspace_exists,
             "files_checked": self.files_checked,
             "files": list(self.checked),
-            "changed_files": [
-                {"path": c.path, "change": c.change.value, "modified_ns": c.modified_ns}
-                for c in self.changed
-            ],
+            "changed_files": [c.to_dict() for c in self.changed],
             "config_changes": [
                 {"key": c.key, "recorded": c.recorded, "current": c.current} for c in self.config
             ],
@@ -162,6 +251,10 @@ class EnvironmentReport(NamedTuple):
             },
             "rollback": None if self.rollback is None else self.rollback.to_dict(),
             "valid": self.valid,
+            "checks": self.checks(),
+            "ready": self.ready,
+            "seconds": round(self.seconds, 3),
+            "budget_seconds": self.budget_seconds,
         }
 
 
@@ -239,31 +332,60 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# How long this resume may take to check, not what the session does: read from the
+# workspace's configuration as it is now (its default changed from 10 to 2 seconds).
+_NOT_THE_SESSIONS = frozenset({"resume.validation_timeout_seconds"})
+
+
 def config_changes(recorded: AcodeConfig, current: AcodeConfig) -> list[ConfigChange]:
     before = _flatten(config_to_dict(recorded))
     after = _flatten(config_to_dict(current))
     return [
         ConfigChange(key, before.get(key), after.get(key))
-        for key in sorted(before.keys() | after.keys())
+        for key in sorted((before.keys() | after.keys()) - _NOT_THE_SESSIONS)
         if before.get(key) != after.get(key)
     ]
 
 
-# The longest the availability check waits for the server's list of models.
-MODEL_CHECK_CAP_SECONDS = 5.0
+# The least time the model server is given when the rest of the check took all of it:
+# a local server lists its models in milliseconds, and a resume is not refused because
+# the workspace is large.
+MODEL_PROBE_SECONDS = 0.2
+# The longest the model server is waited for, whatever the setting says: a check that
+# waits an hour checks nothing, and a time-out far beyond it overflows the clock.
+MODEL_PROBE_LONGEST_SECONDS = 3600.0
+# What ending an exchange that ran out of time takes (the socket shut down, the error
+# made): measured at 2 to 10 ms.
+_GIVING_UP_SECONDS = 0.03
 
 
-def check_model(config: AcodeConfig) -> ModelCheck:
-    """Whether the configured model answers, within resume.validation_timeout_seconds
-    and at most MODEL_CHECK_CAP_SECONDS: a server that stays silent is busy."""
+def check_model(config: AcodeConfig, *, until: float | None = None) -> ModelCheck:
+    """Whether the configured model answers by ``until`` (a ``time.monotonic()``
+    instant; by default resume.validation_timeout_seconds from now), given at least
+    MODEL_PROBE_SECONDS. A server that takes the connection and says nothing in that
+    time is a problem like one that is gone: nothing is known of it."""
+    import importlib
+
     from acode.runtime.model_client import list_models
 
-    timeout = min(config.resume.validation_timeout_seconds, MODEL_CHECK_CAP_SECONDS)
+    # The HTTP client is loaded before the time left is measured: that takes tens of ms.
+    importlib.import_module("acode.runtime.http_deadline")
+    if until is None:
+        wait = config.resume.validation_timeout_seconds
+    else:  # what is left once the client is loaded, less what giving up takes
+        wait = max(until - time.monotonic() - _GIVING_UP_SECONDS, MODEL_PROBE_SECONDS)
+    wait = min(wait, MODEL_PROBE_LONGEST_SECONDS)
     settings = config.model
     try:
-        names = list_models(settings, timeout=timeout)
+        names = list_models(settings, timeout=wait)
     except ModelBusyError:
-        return ModelCheck(settings.base_url, settings.name, None, busy=True)
+        return ModelCheck(
+            settings.base_url,
+            settings.name,
+            f"the model server at {settings.base_url} accepted the connection but did not "
+            f"answer within {wait:.1f} s",
+            busy=True,
+        )
     except AcodeError as exc:
         return ModelCheck(settings.base_url, settings.name, f"model server: {exc.message}")
     if settings.name not in names:

@@ -1,7 +1,7 @@
 """Choosing what to resume and how much to ask (specification 002).
 
 autopilot never asks: it takes the most recent resumable session and resumes it at once
-only when that is safe (interrupted under 24 hours ago, nothing changed); otherwise it
+only when that is safe (interrupted under 24 hours ago, nothing blocking changed); otherwise it
 hands over to interactive on a terminal, and stops with its reason without one.
 interactive (the default on a terminal) shows the plan and offers resume, start over,
 details or abort. preflight shows the full validation report, age and risks, and the
@@ -10,6 +10,7 @@ whole remaining plan, and goes on only when the person types "proceed".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -23,6 +24,7 @@ from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore
 
 if TYPE_CHECKING:
+    from acode.resume.environment import ChangedFile
     from acode.resume.service import ResumePreview
 
 __all__ = [
@@ -106,8 +108,9 @@ class AutopilotVerdict:
 def judge_for_autopilot(
     preview: ResumePreview, *, any_age: bool, continue_on_changes: bool, force: bool
 ) -> AutopilotVerdict:
-    """Safe: interrupted under 24 hours ago (or ``any_age``), no file the session touched
-    changed (or ``continue_on_changes``), the configuration unchanged (or ``force``).
+    """Safe: interrupted under 24 hours ago (or ``any_age``), no blocking change to the
+    files the session touched (or ``continue_on_changes``), the configuration unchanged
+    (or ``force``).
     What those flags waive a person decided on the command line."""
     seconds = preview.interrupted_s or 0
     age = judge_age(seconds)
@@ -122,16 +125,21 @@ def judge_for_autopilot(
     if env is None:
         reasons.append("environment validation off")
     else:
-        if env.changed:
-            changed = ", ".join(c.path for c in env.changed[:5])
-            more = f" and {len(env.changed) - 5} more" if len(env.changed) > 5 else ""
-            what = f"{len(env.changed)} changed file(s): {changed}{more}"
+        # A change only completed steps saw cannot alter the rest: it informs, never stops.
+        informing = [c for c in env.changed if not c.blocking]
+        if env.blocking:
+            what = f"{len(env.blocking)} changed file(s): {_listed(env.blocking)}"
             if continue_on_changes:
                 reasons.append(f"{what} (kept: the command line says go on)")
             else:
                 conflicts.append(what)
-        else:
+        elif not informing:
             reasons.append(f"{env.files_checked} file(s) the session touched unchanged")
+        if informing:
+            reasons.append(
+                f"{len(informing)} changed file(s) no step still to run touches: "
+                f"{_listed(informing)} (informational)"
+            )
         if env.config:
             what = "configuration changed: " + ", ".join(c.key for c in env.config)
             if force:
@@ -143,6 +151,11 @@ def judge_for_autopilot(
     return AutopilotVerdict(
         not too_old and not conflicts, too_old, tuple(conflicts), (*reasons, *conflicts)
     )
+
+
+def _listed(changes: Sequence[ChangedFile]) -> str:
+    shown = ", ".join(c.path for c in changes[:5])
+    return shown + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
 
 
 def log_autopilot(

@@ -79,6 +79,7 @@ __all__ = [
     "ResumePreview",
     "log_refusal",
     "preview_resume",
+    "refuse_problems",
     "resume_session",
     "select_for_resume",
 ]
@@ -462,7 +463,13 @@ def _environment(
     fresh_after_ns: int,
 ) -> ResumePreview:
     """``preview`` with the environment report (and the in-progress step's action as
-    the rollback it will be)."""
+    the rollback it will be), all found within resume.validation_timeout_seconds: the
+    files and the settings are checked in full, whatever they take (no file is ever
+    skipped); the model server is given what is left of that time (``check_model``)."""
+    from acode.resume.conflicts import classify
+
+    began = time.monotonic()
+    budget = ws.config.resume.validation_timeout_seconds  # this resume's, not the record's
     store, row = journal.store, journal.row
     exists = ws.root.is_dir()
     checked: list[str] = []
@@ -474,22 +481,30 @@ def _environment(
         reported = {c.path for c in changed}
         changed += [c for c in found.changes if c.path not in reported]
         rollback = found.rollback
+        changed = classify(
+            journal,
+            preview.plan,
+            preview.continuation,
+            changed,
+            agent=preview.agent is not None,
+        )
+    settings = config_changes(
+        session_config(recorded_config(row, journal.history)),
+        session_config(current_config(journal.history, row, ws.config)),
+    )
     model = None
     if _needs_model(store, preview):
-        model = check_model(config)
+        model = check_model(config, until=began + budget)
     report = EnvironmentReport(
         workspace=str(ws.root),
         workspace_exists=exists,
         checked=tuple(checked),
         changed=tuple(changed),
-        config=tuple(
-            config_changes(
-                session_config(recorded_config(row, journal.history)),
-                session_config(current_config(journal.history, row, ws.config)),
-            )
-        ),
+        config=tuple(settings),
         model=model,
         rollback=rollback,
+        seconds=time.monotonic() - began,
+        budget_seconds=budget,
     )
     c = preview.continuation
     if rollback is not None and c is not None and c.in_progress_action == "retry":
@@ -581,12 +596,7 @@ def _judge(
     if env is None:
         return
     short = preview.row.short_id
-    if env.problems():
-        raise EnvironmentValidationError(
-            f"cannot resume session {short}: " + "; ".join(env.problems()),
-            hint=f"fix what is listed, then run `acode resume {short}` again (--force does "
-            "not go past this); nothing was changed",
-        )
+    refuse_problems(preview)
     if env.config and not force:
         changes = ", ".join(f"{c.key}: {c.recorded!r} -> {c.current!r}" for c in env.config)
         raise EnvironmentValidationError(
@@ -594,15 +604,49 @@ def _judge(
             hint="restore .agent/config.yml, or continue with the new configuration: "
             f"acode resume {short} --force",
         )
-    if not env.changed or action == "continue":
+    # A change no step still to run touches is reported (and logged), never asked about.
+    if not env.blocking or action == "continue":
         return
     if action == "prompt" and ask is not None and ask(preview):
         return
-    listing = "; ".join(f"{c.path} ({c.change.value})" for c in env.changed)
+    listing = "; ".join(_listed(c) for c in env.blocking)
     raise EnvironmentValidationError(
         f"files of session {short} changed since it stopped: {listing}",
         hint=f"review them (`acode resume {short} --dry-run`), restore them, or keep them "
         f"and go on: acode resume {short} --continue-on-changes",
+    )
+
+
+def refuse_problems(preview: ResumePreview) -> None:
+    """Refuse what stops a resume whatever anyone decides: a missing workspace, an
+    unavailable model."""
+    env, short = preview.environment, preview.row.short_id
+    if env is not None and env.problems():
+        raise EnvironmentValidationError(
+            f"cannot resume session {short}: " + "; ".join(env.problems()),
+            hint=_problem_hint(env, short),
+        )
+
+
+def _listed(change: ChangedFile) -> str:
+    if change.conflict is None:
+        return f"{change.path} ({change.change.value})"
+    return (
+        f"{change.path} ({change.change.value}; written by session {change.conflict.session}, "
+        f"step {change.conflict.step}, after this session last saw it)"
+    )
+
+
+def _problem_hint(env: EnvironmentReport, short: str) -> str:
+    model = env.model
+    if model is not None and model.busy:
+        return model.busy_hint(
+            f"run: acode resume {short} (--force does not skip this check: the rest of the "
+            "session needs the model)"
+        )
+    return (
+        f"fix what is listed, then run `acode resume {short}` again (--force does not go past "
+        "this); nothing was changed"
     )
 
 
@@ -766,6 +810,8 @@ def _log_fields(preview: ResumePreview) -> dict[str, Any]:
     if preview.continuation is not None:
         fields["continuation"] = preview.continuation.to_dict()
     env = preview.environment
+    if env is not None:
+        fields["validation_seconds"] = round(env.seconds, 3)
     if env is not None and env.changed:
         fields["changed_files"] = env.to_dict()["changed_files"]
     if env is not None and env.rollback is not None:

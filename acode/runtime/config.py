@@ -80,7 +80,7 @@ resume:
   in_progress_strategy: rollback        # rollback | retry | prompt
   changed_files_action: prompt          # prompt | continue | abort
   validate_environment: true
-  validation_timeout_seconds: 10
+  validation_timeout_seconds: 2         # the whole check, model server included
 
 run:
   default_timeout_seconds: 600          # for `run` steps without their own timeout

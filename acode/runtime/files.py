@@ -22,6 +22,7 @@ from acode.runtime.beneath import Beneath, open_subdir, relative_parts
 __all__ = [
     "TEMP_PREFIX",
     "atomic_write",
+    "covers",
     "expand_globs",
     "sha256_bytes",
 ]
@@ -97,6 +98,17 @@ def expand_globs(tree: Beneath, patterns: Sequence[str]) -> list[str]:
     for pattern in patterns:
         found.update(_expand_one(tree, pattern))
     return sorted(found)
+
+
+def covers(pattern: str, path: str) -> bool:
+    """Whether ``expand_globs`` names the workspace-relative ``path`` for ``pattern``,
+    told without the disk (a file that is gone counts too): a plain path stands for
+    itself and every file below it."""
+    parts = tuple(part for part in pattern.split("/") if part not in ("", "."))
+    target = tuple(path.split("/"))
+    if not any(_GLOB_MAGIC.intersection(part) for part in parts):
+        return target[: len(parts)] == parts
+    return _match_parts(parts, target)
 
 
 def _expand_one(tree: Beneath, pattern: str) -> Iterator[str]:

@@ -46,6 +46,13 @@ class Deadline:
     ) -> None:
         self._timer.cancel()
 
+    @property
+    def connected(self) -> bool:
+        """Whether the exchange got as far as a connection: a time-out before that is
+        a server that cannot be reached, after it one that does not answer."""
+        with self._lock:
+            return bool(self._sockets)
+
     def watch(self, sock: socket.socket) -> None:
         """Shut ``sock`` down when the time is up (at once if it is up already)."""
         with self._lock:

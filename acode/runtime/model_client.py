@@ -233,7 +233,13 @@ def _request_json(
             raise _malformed(url, str(exc), "") from exc
         except (OSError, http.client.HTTPException, ValueError) as exc:
             if deadline.expired or _timed_out(exc):
-                raise _too_late(url, timeout, limit_name) from exc
+                if deadline.connected:
+                    raise _too_late(url, timeout, limit_name) from exc
+                raise ModelError(
+                    f"cannot reach the model server at {url}: no connection within "
+                    f"{timeout:g} s ({limit_name})",
+                    hint=_UNREACHABLE_HINT,
+                ) from exc
             raise ModelError(
                 f"cannot reach the model server at {url}: {_describe(exc)}",
                 hint=_UNREACHABLE_HINT,

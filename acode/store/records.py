@@ -73,6 +73,18 @@ class FileRow(NamedTuple):
     ino: int | None = None
 
 
+class FileTouch(NamedTuple):
+    """A step's record of a workspace file: which session, which step, and when."""
+
+    session_id: str
+    path: str
+    seq: int  # the event that recorded the file
+    ts_us: int
+    step: str | None
+    kind: str | None
+    position: int | None
+
+
 class Commit(NamedTuple):
     """Everything one transaction writes for a session: events and what they project to.
 

@@ -27,7 +27,14 @@ from acode.errors import CheckpointError, ErrorCode, StorageError
 from acode.store.blobs import INSERT_BLOB, compress, get_blob
 from acode.store.connection import Durability, atomic, connect
 from acode.store.migrations import migrate
-from acode.store.records import CheckpointRow, Commit, FileRow, MessageRow, SessionRow
+from acode.store.records import (
+    CheckpointRow,
+    Commit,
+    FileRow,
+    FileTouch,
+    MessageRow,
+    SessionRow,
+)
 
 __all__ = ["SqliteStore", "event_from_row", "event_row", "key", "open_store"]
 
@@ -176,6 +183,20 @@ UPSERT_FILE = (
 )
 SELECT_FILES = (
     "SELECT path, sha256, size, mtime_ns, ctime_ns, ino FROM files WHERE sid = ? ORDER BY path"
+)
+# The step events that last recorded some of a session's files ({}: the ?s of the paths).
+# The CASE reads a payload only once it is known to be JSON (see SELECT_MODEL_RESULTS).
+_FIELD = "CASE WHEN json_valid(e.payload) THEN json_extract(e.payload, '$.{}') END"
+_TOUCH_COLUMNS = (
+    f"s.id, f.path, f.seq, e.ts, {_FIELD.format('step')}, {_FIELD.format('kind')},"
+    f" {_FIELD.format('position')} FROM files f JOIN sessions s ON s.sid = f.sid"
+    f" JOIN events e ON e.id = f.sid * {_SPAN} + f.seq"
+)
+_PATHS_A_QUERY = 1000
+SELECT_TOUCHES = f"SELECT {_TOUCH_COLUMNS} WHERE f.sid = ? AND f.path IN ({{}})"
+# Other sessions' records of these paths made after a moment: who worked on them since.
+SELECT_TOUCHES_SINCE = (
+    f"SELECT {_TOUCH_COLUMNS} WHERE f.sid != ? AND e.ts > ? AND f.path IN ({{}}) ORDER BY e.ts"
 )
 INSERT_MESSAGE = "INSERT INTO messages (sid, idx, role, content, seq) VALUES (?, ?, ?, ?, ?)"
 SELECT_MESSAGES = "SELECT idx, role, content, seq FROM messages WHERE sid = ? ORDER BY idx"
@@ -691,6 +712,24 @@ class SqliteStore:
     def files(self, sid: int) -> list[FileRow]:
         """The files the session read or wrote, as it last saw them."""
         return [FileRow(*r) for r in self.conn.execute(SELECT_FILES, (sid,))]
+
+    def touches(self, sid: int, paths: Sequence[str]) -> list[FileTouch]:
+        """The step events that last recorded each of ``paths`` for session ``sid``."""
+        return self._touches(SELECT_TOUCHES, (sid,), paths)
+
+    def touches_since(self, sid: int, paths: Sequence[str], after_us: int) -> list[FileTouch]:
+        """The other sessions' last records of ``paths`` made after ``after_us``, oldest
+        first."""
+        return self._touches(SELECT_TOUCHES_SINCE, (sid, after_us), paths)
+
+    def _touches(self, sql: str, leading: tuple[int, ...], paths: Sequence[str]) -> list[FileTouch]:
+        found: list[FileTouch] = []
+        # In slices: SQLite takes 32,766 parameters a statement (by default).
+        for first in range(0, len(paths), _PATHS_A_QUERY):
+            some = paths[first : first + _PATHS_A_QUERY]
+            query = sql.format(", ".join("?" * len(some)))
+            found += [FileTouch(*r) for r in self.conn.execute(query, (*leading, *some))]
+        return found
 
     def messages(self, sid: int) -> list[MessageRow]:
         return [MessageRow(*r) for r in self.conn.execute(SELECT_MESSAGES, (sid,))]

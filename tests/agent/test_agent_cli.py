@@ -90,8 +90,9 @@ def test_a_missing_model_or_server_is_refused_before_anything_runs(
     assert fake.chat_requests == []
 
 
-@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
-def test_a_run_that_finds_the_model_busy_says_so_and_goes_on(agent_cli: Cli, as_json: bool) -> None:
+def test_a_run_that_finds_the_model_busy_stops_and_says_to_wait(agent_cli: Cli) -> None:
+    """A server that takes the connection and says nothing within the check is not
+    known to work: nothing is started, and the hint says what to wait for."""
     with BusyModelServer() as server:
         agent_cli.write(
             ".agent/config.yml",
@@ -99,17 +100,15 @@ def test_a_run_that_finds_the_model_busy_says_so_and_goes_on(agent_cli: Cli, as_
             "resume:\n  validation_timeout_seconds: 0.5\nagent:\n  plan_attempts: 1\n",
         )
         server.busy()
-        running = agent_cli.start("run", TASK, *(["--json"] if as_json else []))
-        server.done_once_asked(running.proc)
-        # The request waited in the server's queue; its answer is no plan: a failed run.
-        result = agent_cli.finish(running, expect=1)
-    assert server.seen == ["GET /v1/models", "POST /v1/chat/completions"]
-    if as_json:
-        started = result.json_lines()[0]
-        assert (started["event"], started["model_busy"]) == ("started", True)
-    else:
-        busy = f"  Model {BUSY_MODEL} busy (its server is still answering an earlier request; "
-        assert busy + "acode waits)" in result.out.splitlines(), result.describe()
+        refused = agent_cli("run", TASK, expect=17)
+    assert server.seen == ["GET /v1/models"]
+    assert refused.flat_err.startswith(
+        f"error ACODE-RESUME-004: cannot start: the model server at {server.base_url} "
+        "accepted the connection but did not answer within 0.5 s"
+    )
+    wait = f"wait until it answers (`curl -s {server.base_url}/models`), then run the command again"
+    assert wait in refused.flat_err
+    assert not agent_cli.sessions()
 
 
 def test_bad_arguments_name_what_to_fix(agent_cli: Cli, fake: FakeOpenAI) -> None:

@@ -87,5 +87,6 @@ def test_the_loop_stops_where_an_earlier_session_changed_a_later_ones_file(
     assert acode.status(one)["state"] == "COMPLETED"
     assert acode.status(two)["state"] == "PAUSED"
     assert "ACODE-RESUME-004" in stopped.stderr
-    assert "shared.txt (Modified)" in stopped.stderr
+    # A conflict: the other session wrote it after this one last saw it.
+    assert f"shared.txt (Modified; written by session {one[:13]}, step " in stopped.stderr
     assert not (acode.workspace / "two-done.txt").exists()

@@ -129,7 +129,10 @@ def test_scenario_01_basic_resume(acode: Cli) -> None:
         r"  Time: 4 completed steps took \d+\.\ds; the 4 remaining: about \d+\.\ds at their mean",
         lines[6],
     )
-    done = [re.sub(r"^  ✓ \[(\d)/8\] (\S+) > (\S+):.*", r"\1 \2 \3", line) for line in lines[7:-1]]
+    ready = lines.index("Environment ready. Resuming...")  # every resume shows its checks
+    assert lines[7] == "Validating environment..."
+    steps = lines[ready + 1 : -1]
+    done = [re.sub(r"^  ✓ \[(\d)/8\] (\S+) > (\S+):.*", r"\1 \2 \3", line) for line in steps]
     assert done == ["5 implement nap", "6 implement i2", "7 verify v1", "8 verify v2"]
     assert lines[-1] == f"Session {short} completed: 8 steps done."
     assert _work_log(acode) == ["a1", "i1", "i2", "v1", "v2"]

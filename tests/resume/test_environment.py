@@ -165,3 +165,31 @@ def test_every_resume_attempt_is_logged_redacted(workspace: Path) -> None:
         assert key in resumed
     assert resumed["environment_valid"] is False
     assert "ghp_" + "a" * 36 not in log.read_text()
+
+
+def test_the_steps_that_touched_files_are_found_for_any_number_of_paths(
+    workspace: Path,
+) -> None:
+    """Which step last recorded each file, this session's or another's since a moment:
+    asked for more changed paths than SQLite takes parameters in one statement."""
+    import sqlite3
+
+    from acode.runtime.workspace import StatePaths
+    from acode.store.sqlite_store import open_store
+
+    first = _session_with_files(workspace)
+    other = acode.open_session("other", workspace=workspace)
+    other.write("again", "written.txt", "theirs\n")
+    other.close()
+    store = open_store(StatePaths(workspace).db)
+    try:
+        limit = store.conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        paths = [f"missing/{n}.txt" for n in range(limit)] + ["written.txt", "kept.txt"]
+        (row,) = [r for r in store.sessions() if r.id == first]
+        own = {t.path: (t.step, t.kind, t.position) for t in store.touches(row.sid, paths)}
+        since = store.touches_since(row.sid, paths, 0)
+    finally:
+        store.close()
+
+    assert own == {"written.txt": ("w", "write", 0), "kept.txt": ("r", "read", 1)}
+    assert [(t.session_id, t.path, t.step) for t in since] == [(other.id, "written.txt", "again")]

@@ -688,7 +688,7 @@ def test_progress_reporting(cli: Cli) -> None:
     ) in preview.out
 
     running = cli.start("resume")
-    shown = _lines_while_running(running, 8)
+    shown = _lines_while_running(running, 13)
     assert running.proc.poll() is None  # still waiting at the gate
     (ws / "go").touch()
     rest = cli.finish(running, expect=0).out.splitlines()
@@ -702,7 +702,14 @@ def test_progress_reporting(cli: Cli) -> None:
         "  Starting from: Task 2/2, Step 2/4 (t2 > nap); 3 steps remaining",
     ]
     assert shown[6].startswith("  Time: 3 completed steps took ")
-    assert shown[7].startswith("  ✓ [4/6] t2 > nap: run: ")
+    assert shown[7:12] == [
+        "Validating environment...",
+        "  ✓ Working directory exists",
+        "  ✓ Files the session touched: 3 checked, unchanged",
+        "  ✓ Configuration unchanged",
+        "Environment ready. Resuming...",
+    ]
+    assert shown[12].startswith("  ✓ [4/6] t2 > nap: run: ")
     assert rest[0].startswith("  ✓ [5/6] t2 > gate: run: until [ -e go ]")
     assert rest[1].startswith("  ✓ [6/6] t2 > d: write: d.txt (")
     assert rest[2:] == [f"Session {short} completed: 6 steps done."]

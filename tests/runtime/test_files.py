@@ -5,6 +5,8 @@ import stat
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from acode.errors import UsageError
 from acode.runtime.beneath import Beneath
@@ -161,3 +163,39 @@ def test_expand_refuses_walk_through_escaping_symlink(tmp_path: Path) -> None:
 def test_expand_refuses_escaping_patterns(tmp_path: Path, pattern: str) -> None:
     with pytest.raises(UsageError, match="relative to the workspace"):
         _expand(tmp_path, [pattern])
+
+
+# --- covers: expand_globs without the disk ------------------------------------------------
+
+_TREE = ("a.py", "src/a.py", "src/b.txt", "src/pkg/c.py", "src/pkg/deep/d.py", "docs/x.md")
+_PATTERNS = st.sampled_from(
+    [
+        "*.py",
+        "src/*.py",
+        "src/**",
+        "src/**/*.py",
+        "**/*.py",
+        "src",
+        "src/pkg",
+        "docs/x.md",
+        "./src/a.py",
+        "s?c/[ab].*",
+        "**",
+        "nothing/here",
+    ]
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(pattern=_PATTERNS)
+def test_covers_agrees_with_expand_globs(tmp_path: Path, pattern: str) -> None:
+    """What resume asks of a `run` step's `paths`: whether a changed file is among them,
+    answered as the step's snapshot would, also for a file that is gone."""
+    from acode.runtime.files import covers
+
+    _touch(tmp_path, *_TREE)
+    with Beneath(tmp_path) as tree:
+        expanded = set(expand_globs(tree, [pattern]))
+    assert {path for path in _TREE if covers(pattern, path)} == expanded & set(_TREE)

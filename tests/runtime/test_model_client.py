@@ -333,7 +333,7 @@ def test_a_server_that_drips_its_answer_is_cut_off_at_the_deadline(
 
 def test_the_availability_check_of_a_dripping_server_ends_in_its_time() -> None:
     """``acode resume`` and ``acode run`` ask for the list of models first: it too has a
-    deadline, after which the server counts as busy."""
+    deadline, after which the model is unavailable."""
     from acode.domain.config import AcodeConfig, ResumeSettings
     from acode.resume.environment import check_model
 
@@ -343,17 +343,20 @@ def test_the_availability_check_of_a_dripping_server_ends_in_its_time() -> None:
         started = time.monotonic()
         check = check_model(config)
         elapsed = time.monotonic() - started
+        url = server.base_url
     assert 0.9 < elapsed < 4, f"waited {elapsed:.1f} s for a 1 s check"
     assert check.busy
-    assert check.problem is None
+    assert check.problem == (
+        f"the model server at {url} accepted the connection but did not answer within 1.0 s"
+    )
 
 
-def test_a_silent_server_is_busy_not_gone() -> None:
+def test_a_silent_server_is_a_problem_not_a_pass() -> None:
     import socket
 
     from acode.domain.config import AcodeConfig, ResumeSettings
     from acode.errors import ModelBusyError
-    from acode.resume.environment import check_model
+    from acode.resume.environment import MODEL_PROBE_SECONDS, check_model
 
     with socket.socket() as silent:  # takes connections (the backlog), never answers
         silent.bind(("127.0.0.1", 0))
@@ -363,8 +366,13 @@ def test_a_silent_server_is_busy_not_gone() -> None:
             list_models(ModelSettings(base_url=url), timeout=0.3)
         quick = ResumeSettings(validation_timeout_seconds=0.3)
         check = check_model(AcodeConfig(model=ModelSettings(base_url=url), resume=quick))
+        # The deadline of a resume's validation spent already: the probe's least time.
+        late = check_model(AcodeConfig(model=ModelSettings(base_url=url)), until=0.0)
     assert check.busy
-    assert check.problem is None
+    assert check.problem is not None
+    assert check.problem.endswith("accepted the connection but did not answer within 0.3 s")
+    assert late.problem is not None
+    assert late.problem.endswith(f"did not answer within {MODEL_PROBE_SECONDS:.1f} s")
 
 
 def test_an_invalid_base_url_is_a_model_error() -> None:
@@ -433,3 +441,14 @@ def test_a_proxy_in_the_environment_does_not_capture_a_local_server(
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
     assert chat(settings_for(fake), HELLO).content == "echo: Say hi"
+
+
+def test_an_availability_check_of_any_length_works(fake: FakeOpenAI) -> None:
+    """A validation_timeout_seconds far beyond an hour overflowed the clock's arithmetic
+    (OverflowError) once the check's 5 s cap was gone: an hour is the most waited."""
+    from acode.domain.config import AcodeConfig, ResumeSettings
+    from acode.resume.environment import check_model
+
+    endless = ResumeSettings(validation_timeout_seconds=1e11)
+    check = check_model(AcodeConfig(model=settings_for(fake), resume=endless))
+    assert (check.problem, check.busy) == (None, False)

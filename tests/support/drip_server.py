@@ -9,7 +9,9 @@ answer stops a client from waiting as long as the server likes::
         server.hung_up.wait(5)          # the client closed the connection
 
 ``headers_too=True`` drips the status line and headers as well, not only the body;
-``tls`` (a server-side SSL context) serves over HTTPS.
+``models_at_once=True`` sends the list of models whole (only chat answers drip), so that
+a client gets past its availability check; ``tls`` (a server-side SSL context) serves
+over HTTPS.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ class DripServer(Lifecycle):
         *,
         interval: float = 0.05,
         headers_too: bool = False,
+        models_at_once: bool = False,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.interval = interval
         self.headers_too = headers_too
+        self.models_at_once = models_at_once
         self.tls = tls
         self.requests: list[str] = []  # "GET /v1/models", in the order they came
         self.hung_up = threading.Event()  # set when a client closes its connection early
@@ -83,7 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        self._drip({"object": "list", "data": _MODELS})
+        self._drip({"object": "list", "data": _MODELS}, at_once=self.server.owner.models_at_once)
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -97,7 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
         )
 
-    def _drip(self, payload: object) -> None:
+    def _drip(self, payload: object, *, at_once: bool = False) -> None:
         owner = self.server.owner
         owner.requests.append(f"{self.command} {self.path}")
         body = json.dumps(payload).encode("utf-8")
@@ -105,6 +109,10 @@ class _Handler(BaseHTTPRequestHandler):
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         ).encode("ascii")
+        if at_once:
+            self._send(head + body)
+            self.close_connection = True
+            return
         if not self._send_head(head):
             return
         for index in range(len(body)):

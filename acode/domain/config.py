@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple
 
+from acode.domain.durations import TIMEOUT_RULE, is_timeout
 from acode.errors import ConfigError
 
 __all__ = [
@@ -166,12 +167,11 @@ def _number_between(low: float, high: float) -> _Rule:
     return _Rule(f"a number between {low:g} and {high:g}", parse)
 
 
-def _positive_number() -> _Rule:
+def _timeout() -> _Rule:
     def parse(value: object) -> object:
-        number = _as_number(value)
-        return number if number is not None and number > 0 else _INVALID
+        return float(value) if is_timeout(value) else _INVALID
 
-    return _Rule("a positive number", parse)
+    return _Rule(TIMEOUT_RULE, parse)
 
 
 def _positive_int() -> _Rule:
@@ -268,7 +268,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
             "temperature": _number_between(0, 2),
             "max_tokens": _positive_int(),
             "api_key_env": _env_var_name(),
-            "timeout_seconds": _positive_number(),
+            "timeout_seconds": _timeout(),
             "seed": _optional_int(),
             "context_tokens": _positive_int(),
             "retries": _count(),
@@ -290,12 +290,12 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
             "in_progress_strategy": _one_of("rollback", "retry", "prompt"),
             "changed_files_action": _one_of("prompt", "continue", "abort"),
             "validate_environment": _boolean(),
-            "validation_timeout_seconds": _positive_number(),
+            "validation_timeout_seconds": _timeout(),
         },
     ),
     "run": (
         RunSettings,
-        {"default_timeout_seconds": _positive_number(), "max_output_bytes": _positive_int()},
+        {"default_timeout_seconds": _timeout(), "max_output_bytes": _positive_int()},
     ),
     "sync": (SyncSettings, {"remote": _optional_text()}),
 }
@@ -413,7 +413,7 @@ def _parse_engines(data: object, problems: list[str]) -> dict[str, EngineConfig]
             problems.append(f"{where}.args: expected a list of strings, got {_show(args)}")
             args = []
         timeout = _check(
-            _positive_number(),
+            _timeout(),
             entry.get("timeout_seconds", 1800.0),
             f"{where}.timeout_seconds",
             problems,

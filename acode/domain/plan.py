@@ -11,12 +11,12 @@ like the file it came from and goes back through the same validation in ``Plan.f
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from acode.domain.durations import TIMEOUT_RULE, is_timeout
 from acode.domain.kinds import StepKind
 from acode.domain.paths import file_path_problem, path_problem
 from acode.errors import PlanError
@@ -595,17 +595,10 @@ def _timeout(c: _Checker, raw: Mapping[Any, Any], path: NodePath, owner: str) ->
     value = raw.get("timeout")
     if value is None:
         return None
-    # bool is an int in Python, and `timeout: yes` is surely a mistake.
-    if (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    ):
+    if is_timeout(value):
         return float(value)
     c.add(
-        (*path, "timeout"),
-        f"'timeout' of {owner} must be a positive number of seconds, got {_describe(value)}",
+        (*path, "timeout"), f"'timeout' of {owner} must be {TIMEOUT_RULE}, got {_describe(value)}"
     )
     return None
 

@@ -16,6 +16,7 @@ from acode.domain.config import (
     config_to_dict,
     parse_config,
 )
+from acode.domain.durations import MAX_TIMEOUT_SECONDS, TIMEOUT_RULE
 from acode.errors import ConfigError
 
 SOURCE = ".agent/config.yml"
@@ -110,7 +111,10 @@ def test_the_hint_says_what_to_do() -> None:
         ({"model": {"temperature": -0.1}}, "model.temperature"),
         ({"model": {"temperature": float("nan")}}, "model.temperature"),
         ({"model": {"timeout_seconds": float("inf")}}, "model.timeout_seconds"),
-        ({"model": {"timeout_seconds": 0}}, "expected a positive number, got 0"),
+        ({"model": {"timeout_seconds": 0}}, f"expected {TIMEOUT_RULE}, got 0"),
+        # Past what poll(2) can wait: an OverflowError in the middle of a model step.
+        ({"model": {"timeout_seconds": 10**11}}, "at most 604,800 (a week)"),
+        ({"engines": {"codex": {"command": "codex", "timeout_seconds": 604_801}}}, "a week"),
         ({"model": {"timeout_seconds": 10**400}}, "model.timeout_seconds"),
         ({"model": {"base_url": "localhost:11434"}}, "expected an http:// or https:// URL"),
         ({"model": {"name": ""}}, "model.name: expected a non-empty string, got ''"),
@@ -188,7 +192,7 @@ def test_hash_is_sha256_of_canonical_json() -> None:
     seed=st.none() | st.integers(min_value=-(2**63), max_value=2**63),
     retries=st.integers(min_value=0, max_value=100),
     strategy=st.sampled_from(["rollback", "retry", "prompt"]),
-    timeout=st.floats(min_value=1e-3, max_value=1e6),
+    timeout=st.floats(min_value=1e-3, max_value=MAX_TIMEOUT_SECONDS),
     remote=st.none() | st.text(min_size=1).filter(lambda s: s.strip() and s.isprintable()),
 )
 def test_any_valid_config_round_trips(

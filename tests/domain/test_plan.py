@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acode.domain.durations import MAX_TIMEOUT_SECONDS, TIMEOUT_RULE
 from acode.domain.kinds import StepKind
 from acode.domain.plan import (
     NodePath,
@@ -168,7 +169,7 @@ def test_every_problem_is_reported_at_once_in_line_order() -> None:
     }
     assert refusal(data, lines).splitlines() == [
         "plan.yml: 5 problems in the plan",
-        "plan.yml:6: 'timeout' of step 'a' must be a positive number of seconds, got the number -1",
+        f"plan.yml:6: 'timeout' of step 'a' must be {TIMEOUT_RULE}, got the number -1",
         "plan.yml:9: duplicate task id 't'; it is already used by an earlier task",
         "plan.yml:9: task 't' has no 'title'",
         "plan.yml:12: duplicate step id 'a'; it is already used by an earlier step",
@@ -269,7 +270,11 @@ PYTHON_TARGETS = st.builds(
     "{}:{}".format, st.lists(NAME, min_size=1, max_size=3).map(".".join), NAME
 )
 TIMEOUTS = st.none() | st.floats(
-    min_value=0, exclude_min=True, max_value=1e6, allow_nan=False, allow_infinity=False
+    min_value=0,
+    exclude_min=True,
+    max_value=MAX_TIMEOUT_SECONDS,
+    allow_nan=False,
+    allow_infinity=False,
 )
 
 

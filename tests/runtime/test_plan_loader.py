@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from acode.domain.durations import TIMEOUT_RULE
 from acode.domain.kinds import StepKind
 from acode.domain.plan import Plan
 from acode.errors import ErrorCode, PlanError
@@ -273,31 +274,31 @@ REFUSALS = [
     pytest.param(
         steps("- {id: r, run: make, timeout: 0}"),
         6,
-        "'timeout' of step 'r' must be a positive number of seconds, got the number 0",
+        f"'timeout' of step 'r' must be {TIMEOUT_RULE}, got the number 0",
         id="timeout-zero",
     ),
     pytest.param(
         steps("- {id: r, run: make, timeout: -5}"),
         6,
-        "'timeout' of step 'r' must be a positive number of seconds, got the number -5",
+        f"'timeout' of step 'r' must be {TIMEOUT_RULE}, got the number -5",
         id="timeout-negative",
     ),
     pytest.param(
         steps("- {id: r, run: make, timeout: 2 minutes}"),
         6,
-        "'timeout' of step 'r' must be a positive number of seconds, got the text '2 minutes'",
+        f"'timeout' of step 'r' must be {TIMEOUT_RULE}, got the text '2 minutes'",
         id="timeout-text",
     ),
     pytest.param(
         steps("- {id: r, run: make, timeout: true}"),
         6,
-        "'timeout' of step 'r' must be a positive number of seconds, got true",
+        f"'timeout' of step 'r' must be {TIMEOUT_RULE}, got true",
         id="timeout-bool",
     ),
     pytest.param(
         steps("- {id: r, run: make, timeout: .inf}"),
         6,
-        "'timeout' of step 'r' must be a positive number of seconds, got the number inf",
+        f"'timeout' of step 'r' must be {TIMEOUT_RULE}, got the number inf",
         id="timeout-infinite",
     ),
     pytest.param(

@@ -338,6 +338,15 @@ def session_count(workspace: Path) -> int:
 _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-Za-z]|\r")
 
 
+def as_a_foreground_job() -> None:
+    """Ctrl+C and Ctrl+\\ as a shell leaves them to the job it runs on a terminal. A
+    test run started in the background of a script (`make test &`) ignores SIGINT and
+    SIGQUIT, as POSIX shells make background jobs do, and a child inherits that: its
+    Ctrl+C would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 class Terminal:
     """One `acode` process on a pseudo-terminal of its own."""
 
@@ -347,6 +356,7 @@ class Terminal:
         pid, fd = pty.fork()
         if pid == 0:  # the child: becomes acode, the terminal its controlling terminal
             try:
+                as_a_foreground_job()
                 os.chdir(acode.workspace)
                 os.execve(ACODE, [ACODE, *args], env)
             finally:

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from tests.cli.conftest import as_a_foreground_job
+
 _CHILD = """
 import signal, sys
 from acode.cli.console import keyboard
@@ -33,6 +35,7 @@ except EOFError:
 def _spawn(handler: str) -> tuple[int, int]:
     pid, fd = pty.fork()
     if pid == 0:
+        as_a_foreground_job()
         os.execv(sys.executable, [sys.executable, "-c", _CHILD, handler])
     return pid, fd
 

@@ -52,11 +52,15 @@ format: $(STAMP)
 # table and the total come last, and a total under [tool.coverage.report] fail_under fails
 # the run (docs/testing.md "Coverage"). `make test COVERAGE=` runs the suite without it.
 COVERAGE ?= --cov --cov-report=term
+# Test files run in two processes at once (pytest-xdist, a file's tests in one of them):
+# the tests mostly wait for the processes they start, so two keep 2 cores busy, and the
+# suite measured takes what it took unmeasured in one. `make test WORKERS=0`: one process.
+WORKERS ?= 2
 
 test: $(STAMP) $(LLM_STAMP) lint
 	$(BIN)/python -m tests.support.install_engines $(ENGINES_DIR)
 	ACODE_LLM_VENV=$(abspath $(LLM_VENV)) ACODE_ENGINES_DIR=$(abspath $(ENGINES_DIR)) \
-		$(BIN)/python -m pytest $(COVERAGE)
+		$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile $(COVERAGE)
 
 # The engines it compares against (DBOS, LangGraph) go into their own environment,
 # never into $(VENV): `make bench ARGS=--full` for the long run.

@@ -19,7 +19,12 @@ import acode
 from acode.domain.age import Age
 from acode.domain.position import Position
 from acode.errors import NothingToResumeError, TerminalStateError
-from tests.cli.conftest import Background, Cli, make_env, plan_yaml, step_started
+from tests.cli.conftest import (
+    Cli,
+    cli_sharing_the_key,
+    plan_yaml,
+    step_started,
+)
 
 __all__: list[str] = []
 
@@ -55,14 +60,7 @@ s.step("three", lambda ctx: os.kill(os.getpid(), signal.SIGKILL))
 def cli(
     workspace: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Cli]:
-    """`acode` in ``workspace``; the library in this process reads with the same key."""
-    env = make_env(tmp_path_factory.mktemp("cli-config"))
-    monkeypatch.setenv("ACODE_CHECKPOINT_SECRET", env["ACODE_CHECKPOINT_SECRET"])
-    background = Background()
-    try:
-        yield Cli(workspace, env, background)
-    finally:
-        background.stop_all()
+    yield from cli_sharing_the_key(workspace, tmp_path_factory, monkeypatch)
 
 
 def _killed_plan_run(cli: Cli) -> str:

@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 import getpass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from acode.domain.events import EventType
 from acode.domain.states import SessionState, is_terminal
 from acode.errors import NothingToResumeError, SessionLockedError, UsageError
 from acode.runtime.catalog import find_session
-from acode.runtime.clock import SystemClock
+from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.inspection import read_store
 from acode.runtime.journal import Journal
-from acode.runtime.lifecycle import existing_workspace, take_lock
+from acode.runtime.lifecycle import Workspace, existing_workspace, take_lock
 from acode.runtime.locks import LockOwner, force_unlock, is_locked, read_owner
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import open_store
+from acode.store.sqlite_store import SqliteStore, open_store
 
-__all__ = ["discard_session", "unlock_session"]
+__all__ = ["discard_session", "locked_session", "unlock_session"]
+
+
+class _Locked(NamedTuple):
+    workspace: Workspace
+    store: SqliteStore
+    row: SessionRow
+    clock: Clock
 
 
 def unlock_session(workspace: Path, id_or_prefix: str, *, force: bool) -> LockOwner | None:
@@ -45,31 +55,38 @@ def unlock_session(workspace: Path, id_or_prefix: str, *, force: bool) -> LockOw
     return force_unlock(paths.locks, row.id)
 
 
-def discard_session(workspace: Path, id_or_prefix: str, *, reason: str | None = None) -> SessionRow:
-    """Take a resumable session off the resumable list; its history stays readable."""
+@contextmanager
+def locked_session(workspace: Path, id_or_prefix: str) -> Iterator[_Locked]:
+    """A session no process runs, its lock held for one change by the caller: its
+    workspace, its store and its row as it is under the lock."""
     clock = SystemClock()
     ws = existing_workspace(workspace)
     store = open_store(ws.paths.db, ws.config.durability)
     try:
         row = find_session(store, id_or_prefix)
         with take_lock(ws, row.id, clock, label=row.short_id):
-            row = store.session(row.id)
-            if is_terminal(SessionState(row.state)) or row.archived:
-                raise UsageError(
-                    f"session {row.short_id} is {'discarded' if row.archived else row.state} "
-                    "already; only resumable sessions can be discarded",
-                    hint="`acode session list --all` shows every session",
-                )
-            journal = Journal.load(store, row, clock, load_signer())
-            journal.write(
-                [
-                    (
-                        EventType.SESSION_DISCARDED,
-                        {"by": getpass.getuser(), "reason": reason or "discarded by the user"},
-                    )
-                ],
-                archive=True,
-            )
-            return store.session(row.id)
+            yield _Locked(ws, store, store.session(row.id), clock)
     finally:
         store.close()
+
+
+def discard_session(workspace: Path, id_or_prefix: str, *, reason: str | None = None) -> SessionRow:
+    """Take a resumable session off the resumable list; its history stays readable."""
+    with locked_session(workspace, id_or_prefix) as (_, store, row, clock):
+        if is_terminal(SessionState(row.state)) or row.archived:
+            raise UsageError(
+                f"session {row.short_id} is {'discarded' if row.archived else row.state} "
+                "already; only resumable sessions can be discarded",
+                hint="`acode session list --all` shows every session",
+            )
+        journal = Journal.load(store, row, clock, load_signer())
+        journal.write(
+            [
+                (
+                    EventType.SESSION_DISCARDED,
+                    {"by": getpass.getuser(), "reason": reason or "discarded by the user"},
+                )
+            ],
+            archive=True,
+        )
+        return store.session(row.id)

@@ -15,13 +15,11 @@ from typing import NamedTuple
 
 from acode.domain.events import EventType
 from acode.domain.marks import Mark, check_label
-from acode.runtime.catalog import find_session
-from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal
-from acode.runtime.lifecycle import existing_workspace, take_lock
+from acode.runtime.maintenance import locked_session
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore, open_store
+from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["Marked", "mark_checkpoint", "record_mark", "session_marks"]
 
@@ -58,19 +56,11 @@ def mark_checkpoint(workspace: Path, id_or_prefix: str, label: str) -> Marked:
     """Mark a session no process is running (``acode session checkpoint``); any state,
     terminal ones included: a mark names a point and changes nothing else."""
     check_label(label)  # a bad label is refused before anything is opened or locked
-    clock = SystemClock()
-    ws = existing_workspace(workspace)
-    store = open_store(ws.paths.db, ws.config.durability)
-    try:
-        row = find_session(store, id_or_prefix)
-        with take_lock(ws, row.id, clock, label=row.short_id):
-            row = store.session(row.id)
-            journal = Journal.load(store, row, clock, load_signer())
-            mark, new = record_mark(journal, label)
-            if new:
-                from acode.runtime.progress_file import ProgressFile  # it reads marks too
+    with locked_session(workspace, id_or_prefix) as (ws, store, row, clock):
+        journal = Journal.load(store, row, clock, load_signer())
+        mark, new = record_mark(journal, label)
+        if new:
+            from acode.runtime.progress_file import ProgressFile  # it reads marks too
 
-                ProgressFile(ws.paths).update(journal, final=True)
-            return Marked(mark, new, store.session(row.id))
-    finally:
-        store.close()
+            ProgressFile(ws.paths).update(journal, final=True)
+        return Marked(mark, new, store.session(row.id))

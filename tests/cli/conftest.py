@@ -476,3 +476,17 @@ def terminal(acode: Cli) -> Iterator[OpenTerminal]:
     yield open_terminal
     for term in opened:
         term.close()
+
+
+def cli_sharing_the_key(
+    workspace: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Cli]:
+    """`acode` in ``workspace``, and the library in the test's own process reading and
+    signing with the same key (for a ``cli`` fixture outside tests/cli)."""
+    env = make_env(tmp_path_factory.mktemp("cli-config"))
+    monkeypatch.setenv("ACODE_CHECKPOINT_SECRET", env["ACODE_CHECKPOINT_SECRET"])
+    background = Background()
+    try:
+        yield Cli(workspace, env, background)
+    finally:
+        background.stop_all()

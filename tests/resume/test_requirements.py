@@ -43,10 +43,9 @@ from acode.errors import (
 from acode.runtime.workspace import StatePaths
 from acode.store.sqlite_store import open_store
 from tests.cli.conftest import (
-    Background,
     Cli,
     Running,
-    make_env,
+    cli_sharing_the_key,
     plan_yaml,
     read_pids,
     step_started,
@@ -64,14 +63,7 @@ TABLES = ("sessions", "events", "steps", "checkpoints", "messages", "files", "bl
 def cli(
     workspace: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Cli]:
-    """`acode` in ``workspace``; the library in this process signs with the same key."""
-    env = make_env(tmp_path_factory.mktemp("cli-config"))
-    monkeypatch.setenv("ACODE_CHECKPOINT_SECRET", env["ACODE_CHECKPOINT_SECRET"])
-    background = Background()
-    try:
-        yield Cli(workspace, env, background)
-    finally:
-        background.stop_all()
+    yield from cli_sharing_the_key(workspace, tmp_path_factory, monkeypatch)
 
 
 # -- helpers ---------------------------------------------------------------------------

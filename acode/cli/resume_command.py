@@ -20,6 +20,7 @@ from acode.cli.resume_menu import (
     trouble_menu,
 )
 from acode.cli.views import environment_lines, print_preview
+from acode.domain.age import ago_text
 from acode.errors import (
     AcodeError,
     CheckpointError,
@@ -33,7 +34,6 @@ from acode.resume.modes import (
     AutopilotVerdict,
     Candidate,
     Mode,
-    ago,
     candidates,
     default_mode,
     judge_for_autopilot,
@@ -329,7 +329,7 @@ def _describe(number: int, c: Candidate, where: str) -> list[str]:
     lines = [
         f"  {number}. {c.row.short_id} - {c.row.state} - {c.row.title!r}",
         f"     Paused at: {where}",
-        f"     Interrupted: {ago(c.age.seconds)} ({c.age.age.value})",
+        f"     Interrupted: {ago_text(c.age.seconds)} ({c.age.age.value})",
     ]
     if c.age.advice:
         lines.append(f"     Note: {c.age.advice}")

@@ -7,10 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from acode.cli.console import count, err_console, keyboard, out_console
-from acode.domain.age import judge_age
+from acode.domain.age import ago_text, judge_age
 from acode.domain.plan import Plan, StepSpec, TaskSpec
 from acode.errors import AcodeError, CheckpointError, ErrorCode
-from acode.resume.modes import ago
 from acode.resume.service import ResumePreview
 
 __all__ = [
@@ -35,7 +34,7 @@ def print_lines(lines: list[str]) -> None:
 
 def _interrupted(preview: ResumePreview) -> str:
     seconds = preview.interrupted_s or 0
-    return f"interrupted {ago(seconds)} ({judge_age(seconds).age.value})"
+    return f"interrupted {ago_text(seconds)} ({judge_age(seconds).age.value})"
 
 
 def plan_lines(preview: ResumePreview) -> list[str]:
@@ -148,7 +147,7 @@ def risk_lines(preview: ResumePreview) -> list[str]:
     step will do, what a rollback will revert."""
     seconds = preview.interrupted_s or 0
     age = judge_age(seconds)
-    lines = ["Age and risk:", f"  Interrupted: {ago(seconds)} ({age.age.value})"]
+    lines = ["Age and risk:", f"  Interrupted: {ago_text(seconds)} ({age.age.value})"]
     if age.advice:
         lines.append(f"    {age.advice}")
     env = preview.environment

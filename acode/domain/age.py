@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Age", "AgeJudgement", "judge_age"]
+__all__ = ["Age", "AgeJudgement", "ago_text", "judge_age"]
 
 
 class Age(StrEnum):
@@ -40,3 +40,12 @@ def judge_age(seconds: int) -> AgeJudgement:
         "interrupted over a week ago: consider starting over (`acode session discard ID`, "
         "then `acode run`)",
     )
+
+
+def ago_text(seconds: int) -> str:
+    """ "1 second ago", "3 days ago": an interruption's age as a sentence says it."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = seconds // size
+            return f"{n} {unit}{'' if n == 1 else 's'} ago"
+    return f"{seconds} second{'' if seconds == 1 else 's'} ago"

@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from acode.domain.age import AgeJudgement, judge_age
+from acode.domain.age import AgeJudgement, ago_text, judge_age
 from acode.runtime.catalog import resumable_sessions
 from acode.runtime.log import log_event
 from acode.runtime.workspace import StatePaths
@@ -33,7 +33,6 @@ __all__ = [
     "Candidate",
     "Mode",
     "StartMode",
-    "ago",
     "candidates",
     "default_mode",
     "judge_for_autopilot",
@@ -116,7 +115,7 @@ def judge_for_autopilot(
     age = judge_age(seconds)
     too_old = seconds >= AUTOPILOT_MAX_AGE_S and not any_age
     reasons = [
-        f"interrupted {ago(seconds)} ({age.age.value}"
+        f"interrupted {ago_text(seconds)} ({age.age.value}"
         + (", under 24 hours)" if seconds < AUTOPILOT_MAX_AGE_S else ", 24 hours or more)")
         + (" (--any-age)" if any_age and seconds >= AUTOPILOT_MAX_AGE_S else "")
     ]
@@ -174,11 +173,3 @@ def log_autopilot(
         conflicts=list(verdict.conflicts),
         reasons=list(verdict.reasons),
     )
-
-
-def ago(seconds: int) -> str:
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
-        if seconds >= size or unit == "second":
-            n = seconds // size
-            return f"{n} {unit}{'' if n == 1 else 's'} ago"
-    raise AssertionError("unreachable")

@@ -195,10 +195,6 @@ def _git(repo: Repository, work: Path, args: Sequence[str], stdin: bytes = b"") 
     return git_bytes(repo.top, [*_EXACT, *args], env=_env(work), stdin=stdin)
 
 
-def _split(listing: bytes) -> list[str]:
-    return [os.fsdecode(name) for name in listing.split(b"\0") if name]
-
-
 def _seed(repo: Repository, work: Path) -> None:
     """Start the scratch index from the user's, minus what cannot be taken as it is."""
     if not _copy(repo.user_index, work):
@@ -249,26 +245,34 @@ def _remove(repo: Repository, work: Path, paths: Iterable[str]) -> None:
 
 def _update_and_write(workspace: Path, repo: Repository, work: Path) -> str:
     scope = ["--", repo.prefix] if repo.prefix else []
-    ignored = ["ls-files", "-z", "--cached", "--ignored", "--exclude-standard", *scope]
-    listings = [
-        # diff-files, not ls-files --modified: it stats the files on several threads.
-        GitCall([*_EXACT, "diff-files", "--name-only", "-z", *scope], _env(work)),
-        GitCall([*_EXACT, "ls-files", "-z", "--others", "--exclude-standard", *scope], _env(work)),
-        GitCall([*_EXACT, *ignored], _env(work)),
-    ]
-    if repo.user_index.exists():
-        listings.append(GitCall([*_EXACT, *ignored], _env(repo.user_index)))
-    changed, others, ours, *user = (
-        set(_split(out)) for out in git_bytes_together(repo.top, listings)
+    ours, theirs = _env(work), _env(repo.user_index)  # a missing index reads as empty
+    modified, untracked, held, tracked = (
+        set(out.split(b"\0")) - {b""}
+        for out in git_bytes_together(
+            repo.top,
+            [
+                # diff-files, not ls-files --modified: it stats the files on several threads.
+                GitCall([*_EXACT, "diff-files", "--name-only", "-z", *scope], ours),
+                GitCall(
+                    [*_EXACT, "ls-files", "-z", "--others", "--exclude-standard", *scope], theirs
+                ),
+                GitCall([*_EXACT, "ls-files", "-z", "--cached", *scope], ours),
+                GitCall([*_EXACT, "ls-files", "-z", "--cached", *scope], theirs),
+            ],
+        )
     )
-    theirs = user[0] if user else set()
-    # Ignored files on which the two indexes disagree: tracked by the user's (they belong)
-    # or only by the scratch one (they do not, any more).
-    gone = ours - theirs
-    changed = (changed | others | (theirs - ours)) - gone
+    # What belongs is the user's index's answer: the files it tracks, and the untracked
+    # ones git shows (not ignored, not inside a repository of their own).
+    wanted = tracked | untracked
+    gone = held - wanted
+    changed = (modified | (wanted - held)) - gone
     if changed or gone:
-        _stage(workspace, repo, work, changed, gone)
+        _stage(workspace, repo, work, _decoded(changed), _decoded(gone))
     return _write_tree(repo, work)
+
+
+def _decoded(names: set[bytes]) -> set[str]:
+    return {os.fsdecode(name) for name in names}
 
 
 def _stage(

@@ -62,7 +62,7 @@ def oracle(workspace: Path) -> str:
             continue
         try:
             info = path.lstat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             continue
         if stat.S_ISLNK(info.st_mode):
             mode, data = "120000", os.fsencode(os.readlink(path))

@@ -28,9 +28,9 @@ from acode.resume.environment import changed_files
 from acode.resume.service import select_for_resume
 from acode.runtime.catalog import recorded_plan
 from acode.runtime.clock import SystemClock
-from acode.runtime.git import snapshot_worktree
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import existing_workspace
+from acode.runtime.snapshot import snapshot_worktree
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store

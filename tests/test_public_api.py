@@ -78,6 +78,7 @@ def test_resuming_loads_only_what_a_library_caller_runs() -> None:
         "difflib",
         "importlib.resources",
         "acode.runtime.git",
+        "acode.runtime.snapshot",
         "acode.runtime.process",
         "acode.runtime.model_client",
         "acode.runtime.steps.file_steps",

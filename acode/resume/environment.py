@@ -407,7 +407,7 @@ def recorded_content(
     if change.since_pause:
         if change.left_blob is None:
             return b""
-        from acode.runtime.git import read_blob
+        from acode.runtime.snapshot import read_blob
 
         try:
             return read_blob(workspace, change.left_blob)

@@ -436,8 +436,8 @@ def _in_progress(
         paths.update(started.get("snapshot") or {})
         ghost = started.get("ghost")
         if isinstance(ghost, str):
-            from acode.runtime.git import BACKUP_SUFFIX, snapshot_ref
             from acode.runtime.rollback import AsLeft, plan_rollback, with_as_left
+            from acode.runtime.snapshot import BACKUP_SUFFIX, snapshot_ref
 
             as_left = AsLeft.of(with_as_left(journal.history, step, started))
             plan = plan_rollback(workspace, ghost, as_left=as_left, fresh_after_ns=fresh_after_ns)

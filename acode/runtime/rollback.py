@@ -1,6 +1,6 @@
 """Rolling an interrupted `run` step back to its ghost snapshot, and no further.
 
-A ghost snapshot (:mod:`acode.runtime.git`) holds the whole work tree as it was before
+A ghost snapshot (:mod:`acode.runtime.snapshot`) holds the whole work tree as it was before
 the step's command ran. Making the work tree equal to it again would also undo what a
 person did while the session was stopped, so a rollback is held to less than that:
 
@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from acode.domain.events import EventType
 from acode.errors import AcodeError
 from acode.runtime.beneath import Beneath
-from acode.runtime.git import (
+from acode.runtime.snapshot import (
     SnapshotEntry,
+    current_tree,
     keep_backup,
-    snapshot_files,
+    snapshot_changes,
     snapshot_ref,
     snapshot_worktree,
-    worktree_files,
     write_back,
 )
 
@@ -164,9 +164,9 @@ def plan_rollback(
     fresh_after_ns: int | None = None,
 ) -> Rollback:
     """What :func:`roll_back` would do now, changing nothing."""
-    before, left = _snapshots(workspace, ghost, as_left)
+    differing = _differing(workspace, ghost, as_left)
     with Beneath(workspace) as tree:
-        return _plan(tree, before, left, _outputs(as_left), fresh_after_ns)
+        return _plan(tree, differing, _outputs(as_left), fresh_after_ns)
 
 
 def roll_back(
@@ -179,21 +179,40 @@ def roll_back(
 ) -> Rollback:
     """Revert what the step changed (see the module's docstring), keeping the work tree
     as found at ``backup_ref`` first when anything is to change."""
-    before, left = _snapshots(workspace, ghost, as_left)
+    differing = _differing(workspace, ghost, as_left)
     with Beneath(workspace) as tree:
-        plan = _plan(tree, before, left, _outputs(as_left), fresh_after_ns)
+        plan = _plan(tree, differing, _outputs(as_left), fresh_after_ns)
         if plan.revert or plan.delete:
             keep_backup(workspace, backup_ref)
-        write_back(tree, before, plan.revert, plan.delete)
+        write_back(tree, differing.before, plan.revert, plan.delete)
     return plan
 
 
-def _snapshots(
-    workspace: Path, ghost: str, as_left: AsLeft | None
-) -> tuple[dict[str, SnapshotEntry], dict[str, SnapshotEntry] | None]:
-    return snapshot_files(workspace, ghost), (
-        None if as_left is None else snapshot_files(workspace, as_left.snapshot)
-    )
+class _Differing(NamedTuple):
+    """The entries of the paths on which the ghost, the as-left snapshot and the work
+    tree now do not all agree; every other path is the same in all three."""
+
+    before: dict[str, SnapshotEntry]  # in the ghost
+    left: dict[str, SnapshotEntry] | None  # in the as-left snapshot, if there is one
+    now: dict[str, SnapshotEntry]  # in the work tree now
+
+
+def _differing(workspace: Path, ghost: str, as_left: AsLeft | None) -> _Differing:
+    now_tree = current_tree(workspace)
+    since_ghost = snapshot_changes(workspace, ghost, now_tree)
+    since_pause = {} if as_left is None else snapshot_changes(workspace, as_left.snapshot, now_tree)
+    before: dict[str, SnapshotEntry] = {}
+    left: dict[str, SnapshotEntry] = {}
+    now: dict[str, SnapshotEntry] = {}
+    for rel in since_ghost.keys() | since_pause.keys():
+        found = (since_ghost.get(rel) or since_pause[rel])[1]
+        # A path one diff does not name is, in that snapshot, as it is now.
+        was = since_ghost[rel][0] if rel in since_ghost else found
+        paused = since_pause[rel][0] if rel in since_pause else found
+        for entries, entry in ((before, was), (left, paused), (now, found)):
+            if entry is not None:
+                entries[rel] = entry
+    return _Differing(before, None if as_left is None else left, now)
 
 
 def _outputs(as_left: AsLeft | None) -> frozenset[str]:
@@ -202,12 +221,11 @@ def _outputs(as_left: AsLeft | None) -> frozenset[str]:
 
 def _plan(
     tree: Beneath,
-    before: Mapping[str, SnapshotEntry],
-    left: Mapping[str, SnapshotEntry] | None,
+    differing: _Differing,
     paused_outputs: frozenset[str],
     fresh_after_ns: int | None,
 ) -> Rollback:
-    now = worktree_files(tree, before.keys() | (left or {}).keys())
+    before, left, now = differing
     base = before if left is None else left
     outputs = _own_outputs()
     revert: list[str] = []

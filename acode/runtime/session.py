@@ -1043,7 +1043,7 @@ class Session:
             self._journal.write(entries)
             self._progress.update(self._journal, final=True)
             if is_terminal(target):
-                from acode.runtime.git import prune_snapshots
+                from acode.runtime.snapshot import prune_snapshots
 
                 # Snapshots exist for rolling back; a finished session never rolls back.
                 prune_snapshots(self.workspace, self.id, keep_backups=True)

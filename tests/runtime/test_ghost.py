@@ -17,15 +17,15 @@ import acode
 from acode.domain.events import EventType
 from acode.errors import StepFailedError, UsageError
 from acode.runtime import process
-from acode.runtime.git import (
+from acode.runtime.process import CommandResult
+from acode.runtime.rollback import plan_rollback, roll_back
+from acode.runtime.snapshot import (
     SNAPSHOT_MESSAGE,
     drop_snapshot,
     prune_snapshots,
     snapshot_ref,
     snapshot_worktree,
 )
-from acode.runtime.process import CommandResult
-from acode.runtime.rollback import plan_rollback, roll_back
 from acode.runtime.steps import run_step
 
 SESSION = "0190abcd-0000-7000-8000-000000000001"

@@ -15,9 +15,9 @@ import pytest
 import acode
 from acode.domain.events import EventType
 from acode.errors import PauseRequested
-from acode.runtime.git import snapshot_ref, snapshot_worktree
 from acode.runtime.process import CommandResult
 from acode.runtime.rollback import AsLeft, KeptReason, plan_rollback, roll_back
+from acode.runtime.snapshot import snapshot_ref, snapshot_worktree
 from acode.runtime.steps import run_step
 
 SESSION = "0190abcd-0000-7000-8000-000000000002"

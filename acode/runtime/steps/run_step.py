@@ -4,7 +4,7 @@ A non-idempotent command records a snapshot of the files it declares (``paths``)
 before it starts, so an interrupted run can be rolled back and run again; a
 ``check`` command that exits 0 tells resume the effect is already there. A command
 that declares no paths, in a git work tree, gets a snapshot of the whole work tree
-instead: a private commit under ``refs/acode/`` (see :mod:`acode.runtime.git`), to which
+instead: a private commit under ``refs/acode/`` (see :mod:`acode.runtime.snapshot`), to which
 its rollback reverts what the command changed, and not what a person changed since
 (see :mod:`acode.runtime.rollback`).
 """
@@ -18,10 +18,11 @@ from acode.domain.kinds import StepKind
 from acode.errors import StepFailedError
 from acode.runtime.beneath import Beneath
 from acode.runtime.files import expand_globs, sha256_bytes
-from acode.runtime.git import BACKUP_SUFFIX, is_work_tree, snapshot_ref, snapshot_worktree
+from acode.runtime.git import is_work_tree
 from acode.runtime.orphans import SESSION_ENV, NotedCommand
 from acode.runtime.process import CommandResult, run_command
 from acode.runtime.rollback import AsLeft, describe, roll_back
+from acode.runtime.snapshot import BACKUP_SUFFIX, snapshot_ref, snapshot_worktree
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 from acode.runtime.steps.file_steps import observe, read_file, restore_image
 from acode.runtime.workspace import StatePaths

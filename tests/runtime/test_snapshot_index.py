@@ -252,9 +252,7 @@ OPERATIONS: tuple[Callable[[Path, str, bytes], None], ...] = (
 
 histories = st.lists(
     st.lists(
-        st.tuples(
-            st.sampled_from(OPERATIONS), st.sampled_from(NAMES), st.sampled_from(CONTENTS)
-        ),
+        st.tuples(st.sampled_from(OPERATIONS), st.sampled_from(NAMES), st.sampled_from(CONTENTS)),
         min_size=1,
         max_size=3,
     ),

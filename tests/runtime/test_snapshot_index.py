@@ -210,6 +210,14 @@ def _assume_unchanged(root: Path, rel: str, data: bytes) -> None:
     _person(root, "update-index", flag, "--", rel)
 
 
+def _untracked_cache(root: Path, _rel: str, data: bytes) -> None:
+    """The user's untracked cache on (filled by their next `git status`) or off."""
+    on = len(data) % 2 == 0
+    _git(root, "config", "core.untrackedCache", "true" if on else "false")
+    _person(root, "update-index", "--untracked-cache" if on else "--no-untracked-cache")
+    _person(root, "status", "--porcelain")
+
+
 def _drop_cache(root: Path, _rel: str, data: bytes) -> None:
     cache = locate(root).cache
     if len(data) % 2:
@@ -246,6 +254,7 @@ OPERATIONS: tuple[Callable[[Path, str, bytes], None], ...] = (
     _untrack,
     _force_add,
     _assume_unchanged,
+    _untracked_cache,
     _drop_cache,
     _collect_garbage,
 )

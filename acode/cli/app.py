@@ -28,23 +28,38 @@ session_app = typer.Typer(help="List, inspect and manage sessions.", no_args_is_
 app.add_typer(session_app, name="session")
 
 
-def _add_work_commands(argv: list[str]) -> None:
+def _commands_for(argv: list[str]) -> None:
     """Typer builds every registered command from its signature at each start, a good
-    part of what a command line costs before it runs; the work commands (task, work,
-    wsession, settings) are half of them. They join the command line that can reach
-    them: any that names no command of this module (help, a work command, a typo)."""
-    own = {g.name for g in app.registered_groups} | {
-        c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands
-    }
-    words = [arg for arg in argv if not arg.startswith("-")]
-    if "task" in own or (words and words[0] in own):
-        return  # added already, or not reachable from this command line
+    part of what a command line costs before it runs. A command line that names a command
+    (``acode status ...``, ``acode session list ...``) reaches no other: only it is built.
+    The work commands (task, work, wsession, settings), half of all, join the command
+    line that can reach them: any that names no command of this module (help, a work
+    command, a typo, which the parser answers with the names close to it)."""
+    if _keep_only(app, argv[:1]):
+        if argv[0] == "session":
+            _keep_only(session_app, argv[1:2])
+        return
+    if any(g.name == "task" for g in app.registered_groups):
+        return  # added already
     from acode.cli.work_app import settings_app, task_app, work_app, wsession_app
 
     app.add_typer(task_app, name="task")
     app.add_typer(work_app, name="work")
     app.add_typer(wsession_app, name="wsession")
     app.add_typer(settings_app, name="settings")
+
+
+def _keep_only(group: typer.Typer, words: list[str]) -> bool:
+    """Leave ``group`` only the command or sub-group ``words`` names, if it names one."""
+    commands = {
+        c.name or (c.callback.__name__ if c.callback else ""): c for c in group.registered_commands
+    }
+    groups = {g.name: g for g in group.registered_groups}
+    if not words or (words[0] not in commands and words[0] not in groups):
+        return False
+    group.registered_commands = [commands[words[0]]] if words[0] in commands else []
+    group.registered_groups = [groups[words[0]]] if words[0] in groups else []
+    return True
 
 
 WorkspaceOption = Annotated[
@@ -464,11 +479,13 @@ def main() -> None:
     # Before anything can start a process that reads this one's /proc/PID/environ.
     scrub_own_environment()
 
-    _add_work_commands(sys.argv[1:])
+    _commands_for(sys.argv[1:])
     try:
         _refuse_undecodable(sys.argv[1:])
         # Outside standalone mode, a command's `typer.Exit(code)` comes back as the result.
-        result = app(standalone_mode=False)
+        # A group always (what `app()` builds of several commands): the one command a
+        # command line is left with stays a subcommand (``_commands_for``).
+        result = typer.main.get_group(app)(standalone_mode=False)
     except AcodeError as error:
         render_error(error)
         sys.exit(error.exit_code)

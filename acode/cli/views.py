@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING, Any
 
 from acode.cli.console import ago, cells, count, emit_json, iso, out_console
 from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summary
-from acode.domain.events import Event
-from acode.domain.reducer import SessionSummary, StepRecord
-from acode.domain.usage import Usage
 from acode.security.redaction import redact, redact_json
-from acode.store.records import SessionRow
 
 if TYPE_CHECKING:
+    from acode.domain.events import Event
     from acode.domain.position import Position
+    from acode.domain.reducer import SessionSummary, StepRecord
     from acode.domain.timing import WorkTime
+    from acode.domain.usage import Usage
     from acode.resume.environment import ChangedFile, EnvironmentReport, RollbackPreview
     from acode.resume.service import ResumePreview
+    from acode.store.records import SessionRow
     from acode.sync.status import SyncStatus
 
 __all__ = [

@@ -69,14 +69,17 @@ def print_session_list(rows: list[SessionRow], as_json: bool) -> None:
         console.print("No sessions here yet. Start one with: acode run PLAN.yaml")
         return
     from rich.table import Table
+    from rich.text import Text
 
     now = _now_us()
     table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("ID", no_wrap=True)
-    table.add_column("STATE", no_wrap=True)
-    table.add_column("UPDATED", no_wrap=True)
-    table.add_column("AT STEP", overflow="ellipsis", max_width=24)
-    table.add_column("TITLE", overflow="ellipsis", ratio=1)
+    # Headers as Text, as the cells are: a string would be read as markup, which loads
+    # Rich's table of emoji names (thousands of entries) for text that has none.
+    table.add_column(Text("ID"), no_wrap=True)
+    table.add_column(Text("STATE"), no_wrap=True)
+    table.add_column(Text("UPDATED"), no_wrap=True)
+    table.add_column(Text("AT STEP"), overflow="ellipsis", max_width=24)
+    table.add_column(Text("TITLE"), overflow="ellipsis", ratio=1)
     for r in rows:
         state = f"{r.state} (discarded)" if r.archived else r.state
         table.add_row(

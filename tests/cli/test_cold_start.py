@@ -15,7 +15,8 @@ from tests.cli.conftest import Cli, plan_yaml
 __all__: list[str] = []
 
 # What `session list` has no use for: the remote, the journal that verifies a history,
-# the key, the configuration (and YAML to read it), the resume service, the work commands.
+# the key, the configuration (and YAML to read it), the resume service, the work commands,
+# Rich's emoji names (its table reads no markup).
 NOT_FOR_LISTING = (
     "yaml",
     "psycopg",
@@ -27,6 +28,7 @@ NOT_FOR_LISTING = (
     "acode.resume",
     "acode.cli.sync_command",
     "acode.cli.work_app",
+    "rich._emoji_codes",
 )
 # What only running steps needs: a dry run runs none.
 NOT_FOR_A_DRY_RUN = (

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from acode.errors import AcodeError, ErrorCode, UsageError
+from acode.cli.entry import main, workspace_dir
+from acode.errors import UsageError
 
 if TYPE_CHECKING:
     from acode.resume.modes import Mode
@@ -73,19 +74,6 @@ WorkspaceOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 SessionArgument = Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")]
-
-
-def workspace_dir(option: Path | None) -> Path:
-    from acode.runtime.workspace import find_workspace
-
-    if option is None:
-        return find_workspace(Path.cwd())
-    if not option.is_dir():
-        raise UsageError(
-            f"--workspace {option}: no such directory",
-            hint="give the directory of the project the session works in",
-        )
-    return option.resolve()
 
 
 @app.command()
@@ -471,70 +459,23 @@ def approve(
     )
 
 
-def main() -> None:
-    """Entry point: maps every outcome to the documented exit status."""
-    from acode.cli.console import err_console, render_error
-    from acode.security.child_env import scrub_own_environment
-
-    # Before anything can start a process that reads this one's /proc/PID/environ.
-    scrub_own_environment()
+def run_parser() -> int:
+    """The command line ``sys.argv`` names, parsed and run: its exit status. What the
+    parser finds wrong is said here; every other outcome is the entry point's
+    (:func:`acode.cli.entry.main`)."""
+    from acode.cli.entry import interrupted
 
     _commands_for(sys.argv[1:])
     try:
-        _refuse_undecodable(sys.argv[1:])
         # Outside standalone mode, a command's `typer.Exit(code)` comes back as the result.
         # A group always (what `app()` builds of several commands): the one command a
         # command line is left with stays a subcommand (``_commands_for``).
         result = typer.main.get_group(app)(standalone_mode=False)
-    except AcodeError as error:
-        render_error(error)
-        sys.exit(error.exit_code)
     except typer.Exit as done:
-        sys.exit(done.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        err_console().print("Interrupted.")
-        sys.exit(130)
+        return int(done.exit_code)
+    except typer.Abort:
+        return interrupted()
     except typer.TyperException as bad:  # a usage error found by the parser
         bad.show()  # type: ignore[attr-defined]
-        sys.exit(int(getattr(bad, "exit_code", 2)))
-    except Exception as unexpected:
-        from acode.store.connection import damaged_database
-
-        # A damaged database file is met by whichever query reads the damaged page first:
-        # the environment's fault, reported as such wherever it surfaces.
-        damage = damaged_database(unexpected)
-        if damage is not None:
-            render_error(damage)
-            sys.exit(damage.exit_code)
-        _report_bug(unexpected)
-        sys.exit(1)
-    sys.exit(result if isinstance(result, int) else 0)
-
-
-def _refuse_undecodable(args: list[str]) -> None:
-    """acode records what it is given as UTF-8 text; an argument that is not (Python
-    carries its bytes as lone surrogates) would fail only when it is written."""
-    for arg in args:
-        try:
-            arg.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            shown = ascii(arg if len(arg) <= 60 else arg[:57] + "...")
-            raise UsageError(
-                f"the argument {shown} is not UTF-8 text",
-                hint="give every argument in UTF-8 (rename a file whose name is not)",
-            ) from exc
-
-
-def _report_bug(unexpected: Exception) -> None:
-    from rich.markup import escape
-
-    from acode.cli.console import err_console
-    from acode.security.redaction import redact
-
-    what = escape(redact(f"{type(unexpected).__name__}: {unexpected}"))
-    err_console().print(
-        f"[bold red]internal error[/] [dim]{ErrorCode.INTERNAL.value}[/]: {what}\n"
-        "  [yellow]hint:[/] this is a bug in acode, not a problem with what you gave it; "
-        "please report it with the command you ran and this message. What acode recorded "
-        "before it stays as it was: `acode session list` shows any session it left to resume."
-    )
+        return int(getattr(bad, "exit_code", 2))
+    return result if isinstance(result, int) else 0

@@ -13,10 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acode.cli.console import plain_table
+from acode.cli.console import console_width, plain_output, plain_table
 from acode.cli.views import session_table
 from acode.security.redaction import redact
 from tests.cli.conftest import Cli, plan_yaml
@@ -206,3 +207,21 @@ def test_rich_draws_what_does_not_fit_or_is_not_plain_text() -> None:
     assert plain_table(header, [(*row[:3], "s" * 25, row[4])], LIMITS, 80) is None  # "…"
     for odd in ("Café", "a\tb", "two\nlines", "\x1b[2J"):
         assert plain_table(header, [(*row[:4], odd)], LIMITS, 80) is None
+
+
+def test_plain_output_and_width_are_what_rich_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether Rich writes standard output plainly, and how wide it takes the console to
+    be, by Rich's own reading of the environment (standard output here is no terminal)."""
+    from rich.console import Console
+
+    for name in ("TTY_COMPATIBLE", "FORCE_COLOR", "COLUMNS"):
+        monkeypatch.delenv(name, raising=False)
+    cases = [{}, {"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "1"}]
+    cases += [{"TTY_COMPATIBLE": "2"}, {"FORCE_COLOR": ""}, {"FORCE_COLOR": "yes"}]
+    cases += [{"COLUMNS": "33"}, {"COLUMNS": "0"}, {"COLUMNS": "wide"}, {"COLUMNS": "250"}]
+    for env in cases:
+        with monkeypatch.context() as patched:
+            for name, value in env.items():
+                patched.setenv(name, value)
+            rich = Console(file=sys.stdout)
+            assert (plain_output(), console_width()) == (not rich.is_terminal, rich.width), env

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from acode.errors import AcodeError, ErrorCode, UsageError
+from acode.cli.entry import main, workspace_dir
+from acode.errors import UsageError
 
 if TYPE_CHECKING:
     from acode.resume.modes import Mode
@@ -28,23 +29,38 @@ session_app = typer.Typer(help="List, inspect and manage sessions.", no_args_is_
 app.add_typer(session_app, name="session")
 
 
-def _add_work_commands(argv: list[str]) -> None:
+def _commands_for(argv: list[str]) -> None:
     """Typer builds every registered command from its signature at each start, a good
-    part of what a command line costs before it runs; the work commands (task, work,
-    wsession, settings) are half of them. They join the command line that can reach
-    them: any that names no command of this module (help, a work command, a typo)."""
-    own = {g.name for g in app.registered_groups} | {
-        c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands
-    }
-    words = [arg for arg in argv if not arg.startswith("-")]
-    if "task" in own or (words and words[0] in own):
-        return  # added already, or not reachable from this command line
+    part of what a command line costs before it runs. A command line that names a command
+    (``acode status ...``, ``acode session list ...``) reaches no other: only it is built.
+    The work commands (task, work, wsession, settings), half of all, join the command
+    line that can reach them: any that names no command of this module (help, a work
+    command, a typo, which the parser answers with the names close to it)."""
+    if _keep_only(app, argv[:1]):
+        if argv[0] == "session":
+            _keep_only(session_app, argv[1:2])
+        return
+    if any(g.name == "task" for g in app.registered_groups):
+        return  # added already
     from acode.cli.work_app import settings_app, task_app, work_app, wsession_app
 
     app.add_typer(task_app, name="task")
     app.add_typer(work_app, name="work")
     app.add_typer(wsession_app, name="wsession")
     app.add_typer(settings_app, name="settings")
+
+
+def _keep_only(group: typer.Typer, words: list[str]) -> bool:
+    """Leave ``group`` only the command or sub-group ``words`` names, if it names one."""
+    commands = {
+        c.name or (c.callback.__name__ if c.callback else ""): c for c in group.registered_commands
+    }
+    groups = {g.name: g for g in group.registered_groups}
+    if not words or (words[0] not in commands and words[0] not in groups):
+        return False
+    group.registered_commands = [commands[words[0]]] if words[0] in commands else []
+    group.registered_groups = [groups[words[0]]] if words[0] in groups else []
+    return True
 
 
 WorkspaceOption = Annotated[
@@ -58,19 +74,6 @@ WorkspaceOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 SessionArgument = Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")]
-
-
-def workspace_dir(option: Path | None) -> Path:
-    from acode.runtime.workspace import find_workspace
-
-    if option is None:
-        return find_workspace(Path.cwd())
-    if not option.is_dir():
-        raise UsageError(
-            f"--workspace {option}: no such directory",
-            hint="give the directory of the project the session works in",
-        )
-    return option.resolve()
 
 
 @app.command()
@@ -456,68 +459,23 @@ def approve(
     )
 
 
-def main() -> None:
-    """Entry point: maps every outcome to the documented exit status."""
-    from acode.cli.console import err_console, render_error
-    from acode.security.child_env import scrub_own_environment
+def run_parser() -> int:
+    """The command line ``sys.argv`` names, parsed and run: its exit status. What the
+    parser finds wrong is said here; every other outcome is the entry point's
+    (:func:`acode.cli.entry.main`)."""
+    from acode.cli.entry import interrupted
 
-    # Before anything can start a process that reads this one's /proc/PID/environ.
-    scrub_own_environment()
-
-    _add_work_commands(sys.argv[1:])
+    _commands_for(sys.argv[1:])
     try:
-        _refuse_undecodable(sys.argv[1:])
         # Outside standalone mode, a command's `typer.Exit(code)` comes back as the result.
-        result = app(standalone_mode=False)
-    except AcodeError as error:
-        render_error(error)
-        sys.exit(error.exit_code)
+        # A group always (what `app()` builds of several commands): the one command a
+        # command line is left with stays a subcommand (``_commands_for``).
+        result = typer.main.get_group(app)(standalone_mode=False)
     except typer.Exit as done:
-        sys.exit(done.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        err_console().print("Interrupted.")
-        sys.exit(130)
+        return int(done.exit_code)
+    except typer.Abort:
+        return interrupted()
     except typer.TyperException as bad:  # a usage error found by the parser
         bad.show()  # type: ignore[attr-defined]
-        sys.exit(int(getattr(bad, "exit_code", 2)))
-    except Exception as unexpected:
-        from acode.store.connection import damaged_database
-
-        # A damaged database file is met by whichever query reads the damaged page first:
-        # the environment's fault, reported as such wherever it surfaces.
-        damage = damaged_database(unexpected)
-        if damage is not None:
-            render_error(damage)
-            sys.exit(damage.exit_code)
-        _report_bug(unexpected)
-        sys.exit(1)
-    sys.exit(result if isinstance(result, int) else 0)
-
-
-def _refuse_undecodable(args: list[str]) -> None:
-    """acode records what it is given as UTF-8 text; an argument that is not (Python
-    carries its bytes as lone surrogates) would fail only when it is written."""
-    for arg in args:
-        try:
-            arg.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            shown = ascii(arg if len(arg) <= 60 else arg[:57] + "...")
-            raise UsageError(
-                f"the argument {shown} is not UTF-8 text",
-                hint="give every argument in UTF-8 (rename a file whose name is not)",
-            ) from exc
-
-
-def _report_bug(unexpected: Exception) -> None:
-    from rich.markup import escape
-
-    from acode.cli.console import err_console
-    from acode.security.redaction import redact
-
-    what = escape(redact(f"{type(unexpected).__name__}: {unexpected}"))
-    err_console().print(
-        f"[bold red]internal error[/] [dim]{ErrorCode.INTERNAL.value}[/]: {what}\n"
-        "  [yellow]hint:[/] this is a bug in acode, not a problem with what you gave it; "
-        "please report it with the command you ran and this message. What acode recorded "
-        "before it stays as it was: `acode session list` shows any session it left to resume."
-    )
+        return int(getattr(bad, "exit_code", 2))
+    return result if isinstance(result, int) else 0

@@ -15,7 +15,7 @@ import re
 import select
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ago",
     "cells",
+    "console_width",
     "count",
     "emit_json",
     "emit_text",
@@ -35,6 +36,8 @@ __all__ = [
     "iso",
     "keyboard",
     "out_console",
+    "plain_output",
+    "plain_table",
     "printable",
     "render_error",
 ]
@@ -99,6 +102,57 @@ def cells(*values: str) -> list[Text]:
     from acode.security.redaction import redact
 
     return [Text(redact(value)) for value in values]
+
+
+def plain_output() -> bool:
+    """Whether Rich would write standard output as plain text, no style in it: when it is
+    no terminal by Rich's own rules (TTY_COMPATIBLE, then FORCE_COLOR, then isatty)."""
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "0"
+    force = os.environ.get("FORCE_COLOR")
+    if force is not None:
+        return force == ""
+    isatty = getattr(sys.stdout, "isatty", None)
+    try:
+        return isatty is None or not isatty()
+    except ValueError:  # closed
+        return True
+
+
+def console_width() -> int:
+    """The width Rich gives the console here: COLUMNS, else the first of standard input,
+    output and error that is a terminal, else 80."""
+    columns = os.environ.get("COLUMNS")
+    if columns is not None and columns.isdigit():
+        return int(columns)
+    for fd in (0, 1, 2):
+        try:
+            return os.get_terminal_size(fd).columns or 80
+        except (ValueError, OSError):  # not a terminal
+            continue
+    return 80
+
+
+def plain_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], limits: Sequence[int | None], width: int
+) -> str | None:
+    """The table that Rich draws plainly of ``header`` and ``rows`` (``Table(box=None,
+    pad_edge=False)``, a column at most as wide as its limit), without loading Rich:
+    when every cell is printable ASCII within its column's limit and the table fits in
+    ``width``, each column is as wide as its widest cell, two spaces apart. Otherwise
+    None: what Rich would fold, cut or measure in its own way is Rich's to draw."""
+    table = [header, *rows]
+    for row in table:
+        for cell, limit in zip(row, limits, strict=True):
+            if not cell.isascii() or not cell.isprintable() or (limit and len(cell) > limit):
+                return None
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    if sum(widths) + 2 * (len(widths) - 1) > width:
+        return None
+    return "".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + "\n" for row in table
+    )
 
 
 class _Keyboard:

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from acode.cli.console import emit_json, emit_text, err_console, iso, out_console
-from acode.cli.sync_command import configured_remote, list_remote
 from acode.cli.views import (
     print_history,
     print_session_list,
@@ -15,14 +14,13 @@ from acode.cli.views import (
     session_json,
 )
 from acode.errors import NothingToResumeError, SessionNotFoundError, UsageError
-from acode.resume.listing import session_position
-from acode.runtime.catalog import is_resumable_row
-from acode.runtime.inspection import SessionDetail, read_store, session_detail, session_events
-from acode.runtime.maintenance import discard_session, unlock_session
-from acode.runtime.sync_link import sync_status
+from acode.runtime.inspection import read_store
 
+# What a command needs beyond reading the store loads in that command: `session list`,
+# the one a script runs most, must not pay for the others (the remote, the journal).
 if TYPE_CHECKING:
     from acode.domain.position import Position
+    from acode.runtime.inspection import SessionDetail
     from acode.store.sqlite_store import SqliteStore
 
 __all__ = [
@@ -38,6 +36,10 @@ __all__ = [
 
 
 def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
+    from acode.cli.sync_command import configured_remote
+    from acode.runtime.inspection import session_detail
+    from acode.runtime.sync_link import sync_status
+
     remote = configured_remote(workspace)
     with read_store(workspace) as store:
         if store is None:
@@ -61,6 +63,8 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
 
 def _position(store: SqliteStore, detail: SessionDetail) -> Position | None:
     """The step the session is at, placed in its plan."""
+    from acode.resume.listing import session_position
+
     s = detail.summary
     return session_position(store, detail.row, s.current_step, s.current_task)
 
@@ -69,6 +73,8 @@ def session_list(
     workspace: Path, resumable: bool, show_all: bool, as_json: bool, *, remote: bool = False
 ) -> None:
     if remote:
+        from acode.cli.sync_command import list_remote
+
         list_remote(workspace, resumable=resumable, show_all=show_all, as_json=as_json)
         return
     with read_store(workspace) as store:
@@ -76,11 +82,17 @@ def session_list(
     if not show_all:
         rows = [r for r in rows if not r.archived]
     if resumable:
+        from acode.runtime.catalog import is_resumable_row
+
         rows = [r for r in rows if is_resumable_row(r)]
     print_session_list(rows, as_json)
 
 
 def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
+    from acode.cli.sync_command import configured_remote
+    from acode.runtime.inspection import session_detail
+    from acode.runtime.sync_link import sync_status
+
     remote = configured_remote(workspace)
     with read_store(workspace) as store:
         if store is None:
@@ -113,6 +125,8 @@ def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
 
 
 def session_history(workspace: Path, session_id: str, as_json: bool) -> None:
+    from acode.runtime.inspection import session_events
+
     with read_store(workspace) as store:
         if store is None:
             raise SessionNotFoundError(f"no session {session_id!r}: {workspace} has no sessions")
@@ -121,12 +135,16 @@ def session_history(workspace: Path, session_id: str, as_json: bool) -> None:
 
 
 def session_unlock(workspace: Path, session_id: str, force: bool) -> None:
+    from acode.runtime.maintenance import unlock_session
+
     owner = unlock_session(workspace, session_id, force=force)
     message = f"Removed the lock of {owner.describe()}." if owner else "The session was not locked."
     out_console().print(message, markup=False)
 
 
 def session_discard(workspace: Path, session_id: str, as_json: bool) -> None:
+    from acode.runtime.maintenance import discard_session
+
     row = discard_session(workspace, session_id)
     if as_json:
         emit_json(session_json(row))

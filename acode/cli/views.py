@@ -5,19 +5,32 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from acode.cli.console import ago, cells, count, emit_json, iso, out_console
+from acode.cli.console import (
+    ago,
+    cells,
+    console_width,
+    count,
+    emit_json,
+    emit_text,
+    iso,
+    out_console,
+    plain_output,
+    plain_table,
+)
 from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summary
-from acode.domain.events import Event
-from acode.domain.reducer import SessionSummary, StepRecord
-from acode.domain.usage import Usage
 from acode.security.redaction import redact, redact_json
-from acode.store.records import SessionRow
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
+    from acode.domain.events import Event
     from acode.domain.position import Position
+    from acode.domain.reducer import SessionSummary, StepRecord
     from acode.domain.timing import WorkTime
+    from acode.domain.usage import Usage
     from acode.resume.environment import ChangedFile, EnvironmentReport, RollbackPreview
     from acode.resume.service import ResumePreview
+    from acode.store.records import SessionRow
     from acode.sync.status import SyncStatus
 
 __all__ = [
@@ -28,6 +41,7 @@ __all__ = [
     "print_session_list",
     "print_status",
     "session_json",
+    "session_table",
     "usage_line",
 ]
 
@@ -60,29 +74,57 @@ def session_json(row: SessionRow, summary: SessionSummary | None = None) -> dict
     return data
 
 
+_LIST_HEADER = ("ID", "STATE", "UPDATED", "AT STEP", "TITLE")
+_AT_STEP_WIDTH = 24
+
+
 def print_session_list(rows: list[SessionRow], as_json: bool) -> None:
     if as_json:
         emit_json([session_json(r) for r in rows])
         return
-    console = out_console()
     if not rows:
-        console.print("No sessions here yet. Start one with: acode run PLAN.yaml")
+        out_console().print("No sessions here yet. Start one with: acode run PLAN.yaml")
         return
-    from rich.table import Table
-
     now = _now_us()
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("ID", no_wrap=True)
-    table.add_column("STATE", no_wrap=True)
-    table.add_column("UPDATED", no_wrap=True)
-    table.add_column("AT STEP", overflow="ellipsis", max_width=24)
-    table.add_column("TITLE", overflow="ellipsis", ratio=1)
-    for r in rows:
-        state = f"{r.state} (discarded)" if r.archived else r.state
-        table.add_row(
-            *cells(r.short_id, state, ago(r.updated_at, now), r.current_step or "-", r.title)
+    values = [
+        (
+            r.short_id,
+            f"{r.state} (discarded)" if r.archived else r.state,
+            ago(r.updated_at, now),
+            r.current_step or "-",
+            r.title,
         )
-    console.print(table)
+        for r in rows
+    ]
+    # Rich costs more to load than the listing itself: a table it would draw plainly
+    # (into a pipe, nothing to fold or cut) is written as it would draw it.
+    if plain_output():
+        limits = (None, None, None, _AT_STEP_WIDTH, None)
+        masked = [[redact(value) for value in row] for row in values]
+        plain = plain_table(_LIST_HEADER, masked, limits, console_width())
+        if plain is not None:
+            emit_text(plain)
+            return
+    out_console().print(session_table(values))
+
+
+def session_table(values: list[tuple[str, str, str, str, str]]) -> Table:
+    """The sessions as Rich draws them: each row's values, masked whole (``cells``)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    # Headers as Text, as the cells are: a string would be read as markup, which loads
+    # Rich's table of emoji names (thousands of entries) for text that has none.
+    id_, state, updated, at_step, title = (Text(h) for h in _LIST_HEADER)
+    table.add_column(id_, no_wrap=True)
+    table.add_column(state, no_wrap=True)
+    table.add_column(updated, no_wrap=True)
+    table.add_column(at_step, overflow="ellipsis", max_width=_AT_STEP_WIDTH)
+    table.add_column(title, overflow="ellipsis", ratio=1)
+    for row in values:
+        table.add_row(*cells(*row))
+    return table
 
 
 def usage_line(usage: Usage) -> str:

@@ -5,20 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from acode.domain.events import Event, replay_order
-from acode.domain.reducer import SessionSummary, StepRecord
-from acode.domain.usage import Usage, total_usage
-from acode.errors import CheckpointError, ErrorCode, NothingToResumeError
-from acode.runtime.catalog import find_session
-from acode.runtime.clock import SystemClock
-from acode.runtime.journal import Journal
-from acode.runtime.locks import holder
 from acode.runtime.workspace import StatePaths
-from acode.security.signing import load_signer
-from acode.store.records import SessionRow
 from acode.store.sqlite_store import SqliteStore, open_store
+
+# Reading the store (``read_store``, what `acode session list` does) loads nothing more;
+# the journal, the locks and the key load with the views that verify a history.
+if TYPE_CHECKING:
+    from acode.domain.events import Event
+    from acode.domain.reducer import SessionSummary, StepRecord
+    from acode.domain.usage import Usage
+    from acode.store.records import SessionRow
 
 __all__ = [
     "SessionDetail",
@@ -57,10 +55,18 @@ class SessionDetail(NamedTuple):
 
 
 def lock_holder(workspace: Path, session_id: str) -> str | None:
+    from acode.runtime.locks import holder
+
     return holder(StatePaths(workspace).locks, session_id)
 
 
 def session_detail(store: SqliteStore, workspace: Path, id_or_prefix: str | None) -> SessionDetail:
+    from acode.errors import NothingToResumeError
+    from acode.runtime.catalog import find_session
+    from acode.runtime.clock import SystemClock
+    from acode.runtime.journal import Journal
+    from acode.security.signing import load_signer
+
     if id_or_prefix is None:
         rows = [r for r in store.sessions() if not r.archived]
         if not rows:
@@ -84,12 +90,18 @@ def session_detail(store: SqliteStore, workspace: Path, id_or_prefix: str | None
 
 def model_usage(store: SqliteStore, row: SessionRow) -> Usage:
     """Tokens and cost of the session's answered model calls, across all its runs."""
+    from acode.domain.usage import total_usage
+
     return total_usage(store.model_results(row))
 
 
 def session_events(store: SqliteStore, id_or_prefix: str) -> list[Event]:
     """The session's events in replay order; a disagreement with their sequence
     numbers is corruption and is reported, never hidden."""
+    from acode.domain.events import replay_order
+    from acode.errors import CheckpointError, ErrorCode
+    from acode.runtime.catalog import find_session
+
     row = find_session(store, id_or_prefix)
     ordered, first_bad = replay_order(store.events(row))
     if first_bad is not None:

@@ -1,0 +1,227 @@
+"""What the commands a script runs most load and build before they answer: `acode session
+list` reads the store and nothing more (in a pipe neither Typer nor Rich: its table is
+the one Rich would draw), `acode resume --dry-run` runs no step, and any other command
+line builds only the command it names (Typer builds each registered command from its
+signature at every start). How long they take is `make bench`'s (bench/coldstart.py);
+what is held here is what it depends on, in a real process on a real workspace."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from acode.cli.console import console_width, plain_output, plain_table
+from acode.cli.views import session_table
+from acode.security.redaction import redact
+from tests.cli.conftest import Cli, plan_yaml
+
+__all__: list[str] = []
+
+# What `session list` into a pipe has no use for: the parser, the renderer, the remote,
+# the journal that verifies a history, the key, the configuration (and YAML to read it),
+# the resume service.
+NOT_FOR_LISTING = (
+    "typer",
+    "rich",
+    "yaml",
+    "psycopg",
+    "acode.sync",
+    "acode.domain.config",
+    "acode.runtime.journal",
+    "acode.runtime.catalog",
+    "acode.security.signing",
+    "acode.resume",
+    "acode.cli.app",
+    "acode.cli.sync_command",
+)
+LIMITS = (None, None, None, 24, None)  # AT STEP is cut beyond 24 characters
+# What only running steps needs: a dry run runs none.
+NOT_FOR_A_DRY_RUN = (
+    "psycopg",
+    "rich.prompt",
+    "rich.live",
+    "acode.cli.driver",
+    "acode.cli.progress",
+    "acode.cli.work_app",
+    "acode.runtime.session",
+    "acode.runtime.steps",
+    "acode.runtime.git",
+    "acode.runtime.process",
+    "acode.runtime.model_client",
+)
+
+
+def _probe(env: dict[str, str], *args: str, expect: int = 0) -> dict[str, list[str]]:
+    """The modules loaded by ``acode ARGS`` (its output a pipe) run to its end (exit
+    status ``expect``), and the commands its command line built, if it was parsed."""
+    probe = (
+        "import atexit, json, sys\n"
+        "from acode.cli.entry import main\n"
+        "def report():\n"
+        "    cli = sys.modules.get('acode.cli.app')\n"
+        "    built = {'modules': sorted(sys.modules)}\n"
+        "    if cli is not None:\n"
+        "        built['acode'] = [c.callback.__name__ for c in cli.app.registered_commands]\n"
+        "        built['acode'] += [g.name for g in cli.app.registered_groups]\n"
+        "        built['session'] = [c.name for c in cli.session_app.registered_commands]\n"
+        "    print(json.dumps(built), file=sys.stderr)\n"
+        "atexit.register(report)\n"
+        f"sys.argv = ['acode', *{list(args)!r}]\n"
+        "main()\n"
+    )
+    # Not measured by coverage, which imports modules of its own at start-up.
+    env = {k: v for k, v in env.items() if k != "COVERAGE_PROCESS_CONFIG"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == expect, done.stderr
+    built: dict[str, list[str]] = json.loads(done.stderr.splitlines()[-1])
+    return built
+
+
+def _loaded(modules: list[str], unwanted: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if m in unwanted or m.startswith(tuple(u + "." for u in unwanted))]
+
+
+def _waiting_session(acode: Cli) -> None:
+    """A plan session stopped at its approval (no terminal to ask on): resumable."""
+    acode.write("a.txt", "alpha\n")
+    acode.write("plan.yml", plan_yaml("Cold", "{id: r, read: a.txt}", "{id: ok, approve: Go?}"))
+    acode("run", "plan.yml", expect=20)
+
+
+def test_session_list_reads_the_store_and_loads_nothing_more(acode: Cli) -> None:
+    _waiting_session(acode)
+    where = str(acode.workspace)
+    for args in (["-w", where], [f"--workspace={where}", "--all"], ["--json", "-w", where]):
+        built = _probe(dict(acode.env), "session", "list", *args)
+        assert _loaded(built["modules"], NOT_FOR_LISTING) == [], args
+        assert "acode.store.sqlite_store" in built["modules"]  # it did read the store
+    # Which sessions are resumable the catalog says, with what it needs.
+    built = _probe(dict(acode.env), "session", "list", "--resumable", "-w", where)
+    assert _loaded(built["modules"], ("typer", "rich", "acode.cli.app", "acode.resume")) == []
+
+
+def test_a_listing_read_without_the_parser_is_the_parsers() -> None:
+    """What the entry point reads of a `session list` command line is what the parser
+    would pass on (run for real in tests/cli/test_sessions.py); any other command line,
+    and any it is not sure of, goes to the parser."""
+    from acode.cli.entry import _listing
+
+    where = Path("ws")
+    assert _listing(["session", "list"]) == (None, False, False, False)
+    assert _listing(["session", "list", "-w", "ws", "--json"]) == (where, False, False, True)
+    assert _listing(["session", "list", "-wws", "--all"]) == (where, False, True, False)
+    assert _listing(["session", "list", "--workspace=x", "--workspace", "ws"]) == (
+        where,
+        False,
+        False,
+        False,
+    )
+    assert _listing(["session", "list", "--resumable", "--resumable"]) == (
+        None,
+        True,
+        False,
+        False,
+    )
+    for parsers in (
+        ["session", "show", "x"],
+        ["session", "list", "--remote"],
+        ["session", "list", "--help"],
+        ["session", "list", "-w"],
+        ["session", "list", "-w", ""],
+        ["session", "list", "-w", "--json"],
+        ["session", "list", "--json=1"],
+        ["session", "list", "extra"],
+        ["session", "list", "--"],
+        ["--help", "session", "list"],
+        ["status"],
+    ):
+        assert _listing(parsers) is None, parsers
+
+
+def test_resume_dry_run_runs_no_step_and_builds_only_resume(acode: Cli) -> None:
+    _waiting_session(acode)
+    built = _probe(dict(acode.env), "resume", "--dry-run", "-w", str(acode.workspace))
+    assert _loaded(built["modules"], NOT_FOR_A_DRY_RUN) == []
+    assert "acode.resume.service" in built["modules"]  # it did look at the session
+    assert built["acode"] == ["resume"]
+
+
+def test_help_and_a_mistyped_command_build_every_command_they_name(
+    cli_env: dict[str, str],
+) -> None:
+    """The list in a help, and the names close to a typo, are of all the commands."""
+    everything = ["run", "resume", "status", "sync", "approve", "session"]
+    everything += ["task", "work", "wsession", "settings"]
+    cases = (
+        (["--help"], 0, everything),
+        (["sesion", "list"], 2, everything),
+        (["session", "--help"], 0, ["session"]),
+        (["session", "lst"], 2, ["session"]),
+    )
+    for args, expect, top in cases:
+        built = _probe(cli_env, *args, expect=expect)
+        assert (built["acode"], len(built["session"])) == (top, 7), args
+
+
+_CELL = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40) | st.text(
+    max_size=8
+)
+_ROW = st.tuples(_CELL, _CELL, _CELL, _CELL, _CELL)
+
+
+@settings(max_examples=400, deadline=None)
+@given(rows=st.lists(_ROW, min_size=1, max_size=4), width=st.integers(0, 200))
+def test_a_plain_session_table_is_the_one_rich_draws(
+    rows: list[tuple[str, str, str, str, str]], width: int
+) -> None:
+    """Into a pipe, `session list` writes its table without loading Rich when Rich would
+    draw it as it is; then it is Rich's table, character for character."""
+    from rich.console import Console
+
+    masked = [tuple(redact(cell) for cell in row) for row in rows]
+    plain = plain_table(("ID", "STATE", "UPDATED", "AT STEP", "TITLE"), masked, LIMITS, width)
+    if plain is None:
+        return
+    drawn = io.StringIO()
+    console = Console(
+        file=drawn, width=width, force_terminal=False, highlight=False, soft_wrap=True
+    )
+    console.print(session_table(rows))
+    assert plain == drawn.getvalue()
+
+
+def test_rich_draws_what_does_not_fit_or_is_not_plain_text() -> None:
+    header = ("ID", "STATE", "UPDATED", "AT STEP", "TITLE")
+    row = ("01a21a82-3fec", "EXECUTING", "2m ago", "read-999", "budget")
+    assert plain_table(header, [row], LIMITS, 80) is not None
+    assert plain_table(header, [row], LIMITS, 40) is None  # Rich folds or cuts
+    assert plain_table(header, [(*row[:3], "s" * 25, row[4])], LIMITS, 80) is None  # "…"
+    for odd in ("Café", "a\tb", "two\nlines", "\x1b[2J"):
+        assert plain_table(header, [(*row[:4], odd)], LIMITS, 80) is None
+
+
+def test_plain_output_and_width_are_what_rich_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether Rich writes standard output plainly, and how wide it takes the console to
+    be, by Rich's own reading of the environment (standard output here is no terminal)."""
+    from rich.console import Console
+
+    for name in ("TTY_COMPATIBLE", "FORCE_COLOR", "COLUMNS"):
+        monkeypatch.delenv(name, raising=False)
+    cases = [{}, {"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "1"}]
+    cases += [{"TTY_COMPATIBLE": "2"}, {"FORCE_COLOR": ""}, {"FORCE_COLOR": "yes"}]
+    cases += [{"COLUMNS": "33"}, {"COLUMNS": "0"}, {"COLUMNS": "wide"}, {"COLUMNS": "250"}]
+    for env in cases:
+        with monkeypatch.context() as patched:
+            for name, value in env.items():
+                patched.setenv(name, value)
+            rich = Console(file=sys.stdout)
+            assert (plain_output(), console_width()) == (not rich.is_terminal, rich.width), env

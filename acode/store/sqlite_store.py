@@ -30,6 +30,7 @@ from acode.store.migrations import migrate
 from acode.store.records import (
     CheckpointRow,
     Commit,
+    FileFields,
     FileRow,
     FileTouch,
     MessageRow,
@@ -711,7 +712,12 @@ class SqliteStore:
 
     def files(self, sid: int) -> list[FileRow]:
         """The files the session read or wrote, as it last saw them."""
-        return [FileRow(*r) for r in self.conn.execute(SELECT_FILES, (sid,))]
+        return [FileRow(*r) for r in self.file_fields(sid)]
+
+    def file_fields(self, sid: int) -> list[FileFields]:
+        """:meth:`files` as plain tuples, in path order (no object made for each)."""
+        rows: list[FileFields] = self.conn.execute(SELECT_FILES, (sid,)).fetchall()
+        return rows
 
     def touches(self, sid: int, paths: Sequence[str]) -> list[FileTouch]:
         """The step events that last recorded each of ``paths`` for session ``sid``."""

@@ -269,13 +269,15 @@ def changed_files(
 
     A resume checks every file a session touched, 200,000 in a big repository: each
     directory is resolved and opened once, and each file of it is one ``fstatat`` on
-    that descriptor compared with the record, in a loop that makes nothing per file. A
+    that descriptor compared with the record, in a loop that builds no object of its
+    own per file; at most a few hundred directories are held open at a time. A
     file that differs there, or whose path is not a plain one (a link on it, a name
     that starts with a dot), is looked at the careful way (:func:`_change`), hashed only
     when its stat data differs."""
     checked: list[str] = []
     changed: list[ChangedFile] = []
     stat = os.stat
+    most_held = _most_held()
     with Beneath(workspace) as tree:
         directories: dict[str, int | None] = {}
         for row in recorded:
@@ -287,6 +289,9 @@ def changed_files(
             parent += slash  # "/x" is not in the root: the careful way refuses it
             fd = directories.get(parent, _UNSEEN)
             if fd == _UNSEEN:
+                if tree.held >= most_held:
+                    tree.release()
+                    directories.clear()
                 fd = directories[parent] = _directory(tree, parent)
             if fd is not None and sha is not None and name[:1] not in ("", "."):
                 try:
@@ -310,6 +315,19 @@ def changed_files(
 
 
 _UNSEEN = -1  # not a descriptor: a directory not resolved yet
+_MOST_HELD = 256
+
+
+def _most_held() -> int:
+    """How many directories the check holds open at once: a big repository has more
+    than a process may open (1,024 by default), and the store and git need some too.
+    Paths come in order, so a directory let go of is seldom needed again."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return _MOST_HELD
+    return max(8, min(_MOST_HELD, soft // 4))
 
 
 def _directory(tree: Beneath, parent: str) -> int | None:

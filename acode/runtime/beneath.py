@@ -211,6 +211,17 @@ class Beneath:
             here = path
         return self._dirs[here]
 
+    @property
+    def held(self) -> int:
+        """How many directories are held open, the root included."""
+        return len(self._dirs)
+
+    def release(self) -> None:
+        """Close every directory held but the root: a batch over more directories than
+        a process may hold open lets go of them between two of its paths (never while
+        it uses a :class:`Target`, whose descriptor this closes)."""
+        self.forget(())
+
     def forget(self, parts: Sequence[str]) -> None:
         """Close what is held of directory ``parts`` and below: it was removed."""
         prefix = tuple(parts)

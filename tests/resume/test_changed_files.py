@@ -215,3 +215,44 @@ def test_an_ignored_path_is_neither_checked_nor_reported(tmp_path: Path) -> None
 
     assert "src/one.py" not in checked
     assert changed == []
+
+
+_FEW_DESCRIPTORS = """\
+import os, resource, sys
+from pathlib import Path
+from acode.resume.environment import changed_files
+from acode.store.records import FileRow
+
+root = Path(sys.argv[1])
+rows = []
+for d in range(300):
+    for f in range(2):
+        rel = f"d{d:03d}/sub/f{f}.py"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x\\n")
+        info = (root / rel).stat()
+        stat = (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+        rows.append(FileRow(rel, "0" * 64, *stat))
+(root / "d150/sub/f1.py").write_text("changed\\n")
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+checked, changed = changed_files(root, rows)
+print(len(checked), [(c.path, c.change.value) for c in changed])
+"""
+
+
+def test_a_tree_of_more_directories_than_a_process_may_open(tmp_path: Path) -> None:
+    """600 directories under a limit of 64 open files (the usual limit is 1,024, and a
+    big repository has thousands of directories): each is let go of in time."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FEW_DESCRIPTORS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "600 [('d150/sub/f1.py', 'Modified')]"

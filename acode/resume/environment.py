@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from acode.domain.config import AcodeConfig, config_to_dict
 from acode.domain.textdiff import unified_diff
 from acode.errors import AcodeError, ModelBusyError, StorageError, UsageError
-from acode.runtime.beneath import Beneath
+from acode.runtime.beneath import Beneath, most_held
 from acode.store.records import FileFields, FileRow
 
 if TYPE_CHECKING:
@@ -277,23 +277,26 @@ def changed_files(
     checked: list[str] = []
     changed: list[ChangedFile] = []
     stat = os.stat
-    most_held = _most_held()
+    limit = most_held()
     with Beneath(workspace) as tree:
         directories: dict[str, int | None] = {}
+        last, fd = None, None  # paths come in order: mostly the same directory as the last
         for row in recorded:
             path, sha, size, mtime_ns, ctime_ns, ino = row
-            if path in ignore:
+            if ignore and path in ignore:
                 continue
             checked.append(path)
             parent, slash, name = path.rpartition("/")
-            parent += slash  # "/x" is not in the root: the careful way refuses it
-            fd = directories.get(parent, _UNSEEN)
-            if fd == _UNSEEN:
-                if tree.held >= most_held:
-                    tree.release()
-                    directories.clear()
-                fd = directories[parent] = _directory(tree, parent)
-            if fd is not None and sha is not None and name[:1] not in ("", "."):
+            if parent != last or not slash:
+                parent += slash  # "/x" is not in the root: the careful way refuses it
+                fd = directories.get(parent, _UNSEEN)
+                if fd == _UNSEEN:
+                    if tree.held >= limit:
+                        tree.release()
+                        directories.clear()
+                    fd = directories[parent] = _directory(tree, parent)
+                last = parent[:-1] if slash else None
+            if fd is not None and sha is not None and name and name[0] != ".":
                 try:
                     info = stat(name, dir_fd=fd, follow_symlinks=False)
                 except (OSError, ValueError):
@@ -315,19 +318,6 @@ def changed_files(
 
 
 _UNSEEN = -1  # not a descriptor: a directory not resolved yet
-_MOST_HELD = 256
-
-
-def _most_held() -> int:
-    """How many directories the check holds open at once: a big repository has more
-    than a process may open (1,024 by default), and the store and git need some too.
-    Paths come in order, so a directory let go of is seldom needed again."""
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return _MOST_HELD
-    return max(8, min(_MOST_HELD, soft // 4))
 
 
 def _directory(tree: Beneath, parent: str) -> int | None:

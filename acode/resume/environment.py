@@ -270,10 +270,11 @@ def changed_files(
     A resume checks every file a session touched, 200,000 in a big repository: each
     directory is resolved and opened once, and each file of it is one ``fstatat`` on
     that descriptor compared with the record, in a loop that builds no object of its
-    own per file; at most a few hundred directories are held open at a time. A
-    file that differs there, or whose path is not a plain one (a link on it, a name
-    that starts with a dot), is looked at the careful way (:func:`_change`), hashed only
-    when its stat data differs."""
+    own per file; at most a few hundred directories are held open at a time. A file
+    that differs there (a link put in its place does), one whose name starts with a
+    dot, and one in a directory that cannot be opened so (gone, leading out, acode's
+    or git's) take the careful way (:func:`_change`): resolved name by name, hashed
+    only when its stat data differs."""
     checked: list[str] = []
     changed: list[ChangedFile] = []
     stat = os.stat

@@ -62,3 +62,22 @@ def test_the_json_duration_includes_the_snapshot_too(acode: Cli, tmp_path: Path)
     (done,) = [r for r in records if r.get("phase") == "done"]
     assert done["step"] == "log"
     assert done["duration_ms"] >= _NAP * 1000
+
+
+def test_the_time_resume_reports_for_the_steps_done_includes_the_snapshot(
+    acode: Cli, tmp_path: Path
+) -> None:
+    """`Time: N completed steps took ...` adds up what the history recorded: a run
+    step's own time begins before its snapshot, not at its start record."""
+    _repository(acode)
+    acode.write(
+        "plan.yml",
+        plan_yaml("Snapshot", "{id: log, run: echo ran >> log.txt}", "{id: ok, approve: Go?}"),
+    )
+    acode("run", "plan.yml", env=_slow_git(acode, tmp_path), expect=20, timeout=60)
+
+    preview = acode("resume", "--dry-run", "--json").json()
+
+    work = preview["work_time"]
+    assert work["completed_steps"] == 1
+    assert work["completed_seconds"] >= _NAP

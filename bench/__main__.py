@@ -69,6 +69,21 @@ def _nfr_sections(quick: bool, root: Path) -> list[str]:
     return [render_after_resume(after), render_model_probe(probe)]
 
 
+def _big_repo_section(quick: bool, full: bool, root: Path) -> str:
+    """Issue 19: a run step, a snapshot, a restore, environment validation and resume
+    --dry-run in a repository of 50,000 files (200,000 too with --full), beside git."""
+    from bench.big_repo import run_big_repo
+    from bench.big_repo_report import render_big_repo
+
+    sizes = (10_000,) if quick else (50_000, 200_000) if full else (50_000,)
+    scratch = Path(tempfile.mkdtemp(prefix="acode-bench-big-", dir=root))
+    try:
+        runs = [run_big_repo(n, 3 if quick else 5, 4, scratch, _progress) for n in sizes]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return render_big_repo(runs)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -80,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--full",
         action="store_true",
-        help="also 100,000-step workflows and histories (long: tens of minutes)",
+        help="also 100,000-step workflows and histories, and a repository of 200,000 files "
+        "(long: tens of minutes)",
     )
     parser.add_argument("--runs", type=int, default=None, help="rounds per size (default 3)")
     parser.add_argument(
@@ -119,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     peers = run_side_by_side(_side_by_side_settings(args.quick, args.full), root, _progress)
     sync = sync_section(root, _progress)
     nfr = _nfr_sections(args.quick, root)
+    big = _big_repo_section(args.quick, args.full, root)
     minutes = (time.monotonic() - started) / 60
     machine = replace(machine, fsync_after_us=fsync_latency_us(root))
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
@@ -129,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine=machine,
         settings=settings,
     )
-    text = render(run, results, extra=[render_side_by_side(peers), sync, *nfr])
+    text = render(run, results, extra=[render_side_by_side(peers), sync, *nfr, big])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)

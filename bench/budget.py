@@ -117,7 +117,7 @@ def _loaded(workspace: Path, session_id: str) -> tuple[SqliteStore, SessionRow, 
 
 def _environment(store: SqliteStore, row: SessionRow, workspace: Path) -> None:
     """Every file the session touched against its record (size and mtime first)."""
-    changed_files(workspace, store.files(row.sid))
+    changed_files(workspace, store.file_fields(row.sid))
 
 
 def _continuation(store: SqliteStore, row: SessionRow, journal: Journal) -> None:

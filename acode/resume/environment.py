@@ -12,6 +12,7 @@ model's answer is waited for only as long as the rest left.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
@@ -21,8 +22,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from acode.domain.config import AcodeConfig, config_to_dict
 from acode.domain.textdiff import unified_diff
 from acode.errors import AcodeError, ModelBusyError, StorageError, UsageError
-from acode.runtime.beneath import Beneath
-from acode.store.records import FileRow
+from acode.runtime.beneath import Beneath, most_held
+from acode.store.records import FileFields, FileRow
 
 if TYPE_CHECKING:
     from acode.runtime.rollback import Kept
@@ -259,26 +260,88 @@ class EnvironmentReport(NamedTuple):
 
 
 def changed_files(
-    workspace: Path, recorded: Iterable[FileRow], *, ignore: frozenset[str] = frozenset()
+    workspace: Path, recorded: Iterable[FileFields], *, ignore: frozenset[str] = frozenset()
 ) -> tuple[list[str], list[ChangedFile]]:
-    """(the files checked, the ones that differ from the record). Each path is resolved
-    from the workspace's descriptor (:class:`Beneath`), so that none is followed out."""
+    """(the files checked, the ones that differ from the record). ``recorded``: FileRows,
+    or their fields as plain tuples (:meth:`SqliteStore.file_fields`). Each path is
+    resolved from the workspace's descriptor (:class:`Beneath`), so that none is followed
+    out.
+
+    A resume checks every file a session touched, 200,000 in a big repository: each
+    directory is resolved and opened once, and each file of it is one ``fstatat`` on
+    that descriptor compared with the record, in a loop that builds no object of its
+    own per file; at most a few hundred directories are held open at a time. A file
+    that differs there (a link put in its place does), one whose name starts with a
+    dot, and one in a directory that cannot be opened so (gone, leading out, acode's
+    or git's) take the careful way (:func:`_change`): resolved name by name, hashed
+    only when its stat data differs."""
     checked: list[str] = []
     changed: list[ChangedFile] = []
+    stat = os.stat
+    limit = most_held()
     with Beneath(workspace) as tree:
+        directories: dict[str, int | None] = {}
+        last, fd = None, None  # paths come in order: mostly the same directory as the last
         for row in recorded:
-            if row.path in ignore:
+            path, sha, size, mtime_ns, ctime_ns, ino = row
+            if ignore and path in ignore:
                 continue
-            checked.append(row.path)
-            try:
-                change = _change(tree, row)
-            except UsageError:
-                # It leads outside the workspace now (a symlink put on its way): changed.
-                kind = Change.CREATED if row.sha256 is None else Change.MODIFIED
-                change = ChangedFile(row.path, kind, None, row.sha256)
+            checked.append(path)
+            parent, slash, name = path.rpartition("/")
+            if parent != last or not slash:
+                parent += slash  # "/x" is not in the root: the careful way refuses it
+                fd = directories.get(parent, _UNSEEN)
+                if fd == _UNSEEN:
+                    if tree.held >= limit:
+                        tree.release()
+                        directories.clear()
+                    fd = directories[parent] = _directory(tree, parent)
+                last = parent[:-1] if slash else None
+            if fd is not None and sha is not None and name and name[0] != ".":
+                try:
+                    info = stat(name, dir_fd=fd, follow_symlinks=False)
+                except (OSError, ValueError):
+                    pass  # gone, or no name the kernel takes: the careful way says which
+                else:
+                    # The same inode as recorded is the regular file it was (a symlink
+                    # there now has an inode of its own). None recorded never equals.
+                    if (
+                        info.st_mtime_ns == mtime_ns
+                        and info.st_ctime_ns == ctime_ns
+                        and info.st_ino == ino
+                        and info.st_size == size
+                    ):
+                        continue
+            change = _checked(tree, FileRow(*row))
             if change is not None:
                 changed.append(change)
     return checked, changed
+
+
+_UNSEEN = -1  # not a descriptor: a directory not resolved yet
+
+
+def _directory(tree: Beneath, parent: str) -> int | None:
+    """The descriptor of the workspace directory ``parent`` ("" or "dir/": its links
+    followed inside the workspace, held by ``tree``); None when its files must each take
+    the careful way: it is not there, not a directory, leads out, or is acode's or git's."""
+    if not parent:
+        return tree.root_fd
+    if parent[0] == "/" or ".agent" in parent or ".git" in parent.casefold():
+        return None
+    try:
+        return tree.open_dir(tree.resolve(parent[:-1]))
+    except (UsageError, OSError):
+        return None
+
+
+def _checked(tree: Beneath, row: FileRow) -> ChangedFile | None:
+    try:
+        return _change(tree, row)
+    except UsageError:
+        # It leads outside the workspace now (a symlink put on its way): changed.
+        kind = Change.CREATED if row.sha256 is None else Change.MODIFIED
+        return ChangedFile(row.path, kind, None, row.sha256)
 
 
 def _change(tree: Beneath, row: FileRow) -> ChangedFile | None:

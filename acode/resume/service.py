@@ -477,7 +477,7 @@ def _environment(
     rollback = None
     if exists:
         found = _in_progress(journal, ws.root, strategy, fresh_after_ns)
-        checked, changed = changed_files(ws.root, store.files(row.sid), ignore=found.paths)
+        checked, changed = changed_files(ws.root, store.file_fields(row.sid), ignore=found.paths)
         reported = {c.path for c in changed}
         changed += [c for c in found.changes if c.path not in reported]
         rollback = found.rollback

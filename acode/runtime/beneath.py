@@ -26,7 +26,7 @@ import hashlib
 import os
 import posixpath
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple
@@ -34,7 +34,14 @@ from typing import NamedTuple
 from acode.errors import StepFailedError, StorageError, UsageError
 from acode.runtime.atomic import fsync_dir, write_at
 
-__all__ = ["Beneath", "Target", "open_subdir", "refuse_protected", "relative_parts"]
+__all__ = [
+    "Beneath",
+    "Target",
+    "most_held",
+    "open_subdir",
+    "refuse_protected",
+    "relative_parts",
+]
 
 _HINT = "write paths relative to the workspace root, e.g. src/app.py"
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -211,6 +218,28 @@ class Beneath:
             here = path
         return self._dirs[here]
 
+    @property
+    def held(self) -> int:
+        """How many directories are held open, the root included."""
+        return len(self._dirs)
+
+    def release(self) -> None:
+        """Close every directory held but the root: a batch over more directories than
+        a process may hold open lets go of them between two of its paths (never while
+        it uses a :class:`Target`, whose descriptor this closes)."""
+        self.forget(())
+
+    def each(self, paths: Iterable[str]) -> Iterator[str]:
+        """``paths``, one at a time, for a batch that resolves each and is done with it
+        before the next: the directories held are let go of whenever they are more than
+        :func:`most_held`, so that a batch over a tree of thousands never runs out of
+        descriptors (EMFILE)."""
+        limit = most_held()
+        for path in paths:
+            if len(self._dirs) >= limit:
+                self.release()
+            yield path
+
     def forget(self, parts: Sequence[str]) -> None:
         """Close what is held of directory ``parts`` and below: it was removed."""
         prefix = tuple(parts)
@@ -370,6 +399,21 @@ class Beneath:
         if target.dir_fd is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(target.name, dir_fd=target.dir_fd)
+
+
+_MOST_HELD = 256
+
+
+def most_held() -> int:
+    """How many directories a batch holds open at once: a big repository has more
+    than a process may open (1,024 by default), and the store and git need some too.
+    Batches go through paths in order, so a directory let go of is seldom needed again."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return _MOST_HELD
+    return max(8, min(_MOST_HELD, soft // 4))
 
 
 def open_subdir(dir_fd: int, name: str) -> int | None:

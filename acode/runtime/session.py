@@ -554,7 +554,7 @@ class Session:
             env = self._env(step_id, action.kind, task, position, record.attempt)
             recovered = self._revisit(action, env, record, input_hash, notice)
             if recovered is not None:
-                notice(StepPhase.RECOVERED, recovered.detail)
+                notice(StepPhase.RECOVERED, recovered.detail, timed=True)
                 return action.value(env.store, recovered.result)
             attempt = record.attempt + 1
         env = self._env(step_id, action.kind, task, position, attempt)
@@ -999,14 +999,14 @@ class Session:
         if isinstance(observer, NullObserver):
             return _ignore
         total = self.total_steps
-        started_at = 0.0
+        # From now, not from STARTED: what comes before the step's command (a recovery, a
+        # ghost snapshot of the work tree, the durable start record) is the step's cost
+        # too, and in a big repository it is most of it.
+        began = time.monotonic()
 
         def tell(phase: StepPhase, detail: str | None, *, timed: bool = False) -> None:
-            """``timed``: give the time since STARTED was told."""
-            nonlocal started_at
-            if phase is StepPhase.STARTED:
-                started_at = time.monotonic()
-            duration_ms = int((time.monotonic() - started_at) * 1000) if timed else None
+            """``timed``: give the time since this step was taken up."""
+            duration_ms = int((time.monotonic() - began) * 1000) if timed else None
             observer.on_step(
                 StepNotice(
                     phase,

@@ -30,6 +30,7 @@ from acode.store.migrations import migrate
 from acode.store.records import (
     CheckpointRow,
     Commit,
+    FileFields,
     FileRow,
     FileTouch,
     MessageRow,
@@ -123,13 +124,15 @@ SELECT_MODEL_RESULTS = (
     " json_extract(payload, '$.kind') = 'model' AND json_type(payload, '$.result') = 'object'"
     " END ORDER BY id"
 )
-# How many steps completed, and the sum of their durations: each from the event before
-# its completion (its start, or for a step that completed in its first write, whatever
-# came before it) to the completion. One pass over the session's rows, each joined to
-# its predecessor by key; no payload is decoded.
+# How many steps completed, and the sum of their durations: each from what came before
+# it (the event before its start record, or before its completion for a step that
+# completed in its first write) to the completion: what a step did before its start
+# record, a run step's snapshot of the work tree, is its time too. One pass over the
+# session's rows, each joined to its predecessors by key; no payload is decoded.
 SELECT_STEP_TIMES = (
-    "SELECT count(*), coalesce(sum(e.ts - p.ts), 0) FROM events AS e"
+    "SELECT count(*), coalesce(sum(e.ts - coalesce(b.ts, p.ts)), 0) FROM events AS e"
     " JOIN events AS p ON p.id = e.id - 1"
+    " LEFT JOIN events AS b ON b.id = e.id - 2 AND p.type = 'step_started'"
     " WHERE e.id > ? AND e.id < ? AND e.type = 'step_completed'"
 )
 SELECT_UNFINISHED_STEPS = (
@@ -711,7 +714,12 @@ class SqliteStore:
 
     def files(self, sid: int) -> list[FileRow]:
         """The files the session read or wrote, as it last saw them."""
-        return [FileRow(*r) for r in self.conn.execute(SELECT_FILES, (sid,))]
+        return [FileRow(*r) for r in self.file_fields(sid)]
+
+    def file_fields(self, sid: int) -> list[FileFields]:
+        """:meth:`files` as plain tuples, in path order (no object made for each)."""
+        rows: list[FileFields] = self.conn.execute(SELECT_FILES, (sid,)).fetchall()
+        return rows
 
     def touches(self, sid: int, paths: Sequence[str]) -> list[FileTouch]:
         """The step events that last recorded each of ``paths`` for session ``sid``."""

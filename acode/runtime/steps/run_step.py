@@ -63,7 +63,7 @@ class RunStep:
         snapshot: dict[str, str | None] = {}
         blobs: list[tuple[str, bytes]] = []
         with Beneath(ctx.workspace) as tree:
-            for rel in expand_globs(tree, self.paths):
+            for rel in tree.each(expand_globs(tree, self.paths)):
                 found = read_file(tree, rel)
                 if found is None:
                     snapshot[rel] = None
@@ -97,7 +97,7 @@ class RunStep:
                 + (f":\n{tail}" if tail else "")
             )
         with Beneath(env.ctx.workspace) as tree:
-            files = tuple(observe(tree, rel) for rel in expand_globs(tree, self.paths))
+            files = tuple(observe(tree, rel) for rel in tree.each(expand_globs(tree, self.paths)))
         return Outcome(result.to_json(), files=files)
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
@@ -117,7 +117,8 @@ class RunStep:
             return self._restore_ghost(env, ghost, AsLeft.of(started))
         restored = []
         with Beneath(env.ctx.workspace) as tree:
-            for rel, sha in sorted(snapshot.items()):
+            for rel in tree.each(sorted(snapshot)):
+                sha = snapshot[rel]
                 if tree.sha256(rel) != sha:
                     restore_image(env, tree, rel, sha)
                     restored.append(rel)

@@ -33,7 +33,8 @@ from acode.errors import AcodeError
 from acode.runtime.beneath import Beneath
 from acode.runtime.snapshot import (
     SnapshotEntry,
-    current_tree,
+    Worktree,
+    current_worktree,
     keep_backup,
     snapshot_changes,
     snapshot_ref,
@@ -183,7 +184,7 @@ def roll_back(
     with Beneath(workspace) as tree:
         plan = _plan(tree, differing, _outputs(as_left), fresh_after_ns)
         if plan.revert or plan.delete:
-            keep_backup(workspace, backup_ref)
+            keep_backup(workspace, backup_ref, differing.worktree)
         write_back(tree, differing.before, plan.revert, plan.delete)
     return plan
 
@@ -195,12 +196,15 @@ class _Differing(NamedTuple):
     before: dict[str, SnapshotEntry]  # in the ghost
     left: dict[str, SnapshotEntry] | None  # in the as-left snapshot, if there is one
     now: dict[str, SnapshotEntry]  # in the work tree now
+    worktree: Worktree  # the work tree now, whole
 
 
 def _differing(workspace: Path, ghost: str, as_left: AsLeft | None) -> _Differing:
-    now_tree = current_tree(workspace)
-    since_ghost = snapshot_changes(workspace, ghost, now_tree)
-    since_pause = {} if as_left is None else snapshot_changes(workspace, as_left.snapshot, now_tree)
+    worktree = current_worktree(workspace)
+    since_ghost = snapshot_changes(workspace, ghost, worktree.tree)
+    since_pause = (
+        {} if as_left is None else snapshot_changes(workspace, as_left.snapshot, worktree.tree)
+    )
     before: dict[str, SnapshotEntry] = {}
     left: dict[str, SnapshotEntry] = {}
     now: dict[str, SnapshotEntry] = {}
@@ -212,7 +216,7 @@ def _differing(workspace: Path, ghost: str, as_left: AsLeft | None) -> _Differin
         for entries, entry in ((before, was), (left, paused), (now, found)):
             if entry is not None:
                 entries[rel] = entry
-    return _Differing(before, None if as_left is None else left, now)
+    return _Differing(before, None if as_left is None else left, now, worktree)
 
 
 def _outputs(as_left: AsLeft | None) -> frozenset[str]:
@@ -225,7 +229,7 @@ def _plan(
     paused_outputs: frozenset[str],
     fresh_after_ns: int | None,
 ) -> Rollback:
-    before, left, now = differing
+    before, left, now, _ = differing
     base = before if left is None else left
     outputs = _own_outputs()
     revert: list[str] = []

@@ -32,7 +32,8 @@ __all__ = [
     "SNAPSHOT_MESSAGE",
     "SNAPSHOT_REF_ROOT",
     "SnapshotEntry",
-    "current_tree",
+    "Worktree",
+    "current_worktree",
     "drop_snapshot",
     "keep_backup",
     "prune_snapshots",
@@ -82,6 +83,19 @@ def snapshot_ref(session_id: str, step_id: str, attempt: int) -> str:
     return ref
 
 
+class Worktree(NamedTuple):
+    """The workspace's files as they are now: their tree, and HEAD's commit."""
+
+    tree: str
+    head: str | None
+
+
+def current_worktree(workspace: Path) -> Worktree:
+    """The tree a snapshot taken now would hold, without keeping one."""
+    repo = locate(workspace)
+    return Worktree(worktree_tree(workspace, repo), repo.head)
+
+
 def snapshot_worktree(workspace: Path, ref: str) -> str:
     """Record the workspace's files as they are now in a commit kept at ``ref``; return it.
 
@@ -91,20 +105,17 @@ def snapshot_worktree(workspace: Path, ref: str) -> str:
     out. The parent is HEAD when there is one, so ``git diff HEAD <sha>`` reads naturally.
     """
     _check_ref(ref)
-    repo = locate(workspace)
-    tree = worktree_tree(workspace, repo)
-    parent = ["-p", repo.head] if repo.head else []
+    return _keep(workspace, ref, current_worktree(workspace))
+
+
+def _keep(workspace: Path, ref: str, now: Worktree) -> str:
+    parent = ["-p", now.head] if now.head else []
     commit = git_bytes(
-        workspace, ["commit-tree", tree, *parent, "-m", SNAPSHOT_MESSAGE], env=_IDENTITY
+        workspace, ["commit-tree", now.tree, *parent, "-m", SNAPSHOT_MESSAGE], env=_IDENTITY
     )
     sha = commit.decode().strip()
     git_ok(workspace, ["update-ref", "-m", SNAPSHOT_MESSAGE, ref, sha])
     return sha
-
-
-def current_tree(workspace: Path) -> str:
-    """The tree a snapshot taken now would hold, without keeping one."""
-    return worktree_tree(workspace, locate(workspace))
 
 
 def snapshot_changes(workspace: Path, old: str, new: str) -> dict[str, Change]:
@@ -158,12 +169,12 @@ def read_blob(workspace: Path, blob: str) -> bytes:
     return _read_blobs(workspace, [blob])[blob]
 
 
-def keep_backup(workspace: Path, ref: str) -> None:
-    """Keep the work tree as it is at ``ref`` before a restore changes it. When that ref
-    exists already, a restore interrupted before has made it, and the first backup is
-    the one kept."""
+def keep_backup(workspace: Path, ref: str, now: Worktree) -> None:
+    """Keep the work tree as it is (``now``) at ``ref`` before a restore changes it. When
+    that ref exists already, a restore interrupted before has made it, and the first
+    backup is the one kept."""
     if not _has_ref(workspace, ref):
-        snapshot_worktree(workspace, ref)
+        _keep(workspace, ref, now)
 
 
 def drop_snapshot(workspace: Path, ref: str) -> None:

@@ -35,10 +35,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -61,6 +62,8 @@ _MODE_GITLINK = "160000"
 _NO_OBJECT = "0" * 40
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _CACHE_NAME = "acode-snapshot-index"
+_RECORD_HEADER = b"acode snapshot record 1"
+_HEX = re.compile(r"[0-9a-f]+")
 _STATE_PARTS = [".agent", "state"]
 # What git must compare for acode's snapshot to be right, whatever the user configured.
 _EXACT = (
@@ -75,6 +78,10 @@ _EXACT = (
     # A conversion git deems irreversible must not fail the snapshot: raw bytes are kept.
     "-c",
     "core.safecrlf=false",
+    # acode's index is written split: a snapshot rewrites the few entries that changed,
+    # not all of them (the user's index is only ever read).
+    "-c",
+    "core.splitIndex=true",
 )
 # Attributes that make git's blob differ from the bytes on disk.
 _CONVERTING = ("filter", "text", "eol", "crlf", "ident", "working-tree-encoding")
@@ -124,22 +131,36 @@ def is_state(rel: str) -> bool:
 
 def worktree_tree(workspace: Path, repo: Repository) -> str:
     """The id of the tree of the workspace's files as they are now (see the module)."""
+    size = hashlib.new(repo.object_format).digest_size
+    # Read before git lists anything: a user's index changed meanwhile reads as changed.
+    user = _checksum(repo.user_index, size)
+    record = _read_record(repo)
     with tempfile.TemporaryDirectory(prefix="acode-index-") as scratch:
         work = Path(scratch) / "index"
-        cached = _load_cache(repo, work)
+        content = _load_cache(repo, work)
+        shared = None if content is None else _whole_shared_index(repo, content, record)
+        cached = None if content is None or shared is None else content[-size:]
+        known = None
+        if record is not None and cached == record.cache and user and user == record.user:
+            known = record.membership
         try:
-            if not cached:
+            if cached is None:
                 _seed(repo, work)
-            tree = _update_and_write(workspace, repo, work)
+            tree, known = _update_and_write(workspace, repo, work, known)
         except StepFailedError:
-            if not cached:
+            if cached is None:
                 raise
-            # A cache git cannot read (torn by a power cut) or naming objects git has
-            # collected since: one snapshot built from the user's index instead.
+            # A cache naming objects git has collected since: one snapshot built from
+            # the user's index instead.
             work.unlink(missing_ok=True)
             _seed(repo, work)
-            tree = _update_and_write(workspace, repo, work)
-        _keep(work, repo.cache)
+            tree, known = _update_and_write(workspace, repo, work, None)
+            shared = None
+        _replace(repo.cache, lambda target: _copy(work, target))
+        # A shared index git has just written is checked by the next snapshot: the one
+        # after a power cut that may have torn it.
+        new = _Record(_checksum(work, size), user, shared or _SharedIndex(""), known)
+        _replace(_record_file(repo), lambda target: target.write_bytes(new.encode()))
     return tree
 
 
@@ -153,34 +174,138 @@ def _copy(source: Path, target: Path) -> bool:
     return True
 
 
-def _load_cache(repo: Repository, work: Path) -> bool:
-    """Copy the cache to ``work`` if it is whole: git reads an index without checking the
-    checksum that ends it, and a torn one would read as a work tree with files missing."""
+def _checksum(index: Path, size: int) -> bytes:
+    """The checksum that ends an index file; empty when there is none."""
+    try:
+        with open(index, "rb") as file:
+            file.seek(-size, os.SEEK_END)
+            return file.read(size)
+    except OSError:  # no index, or one shorter than a checksum
+        return b""
+
+
+def _whole(data: bytes, object_format: str) -> bool:
+    """Whether an index file's content ends with its own checksum: git does not check
+    that when it reads one, and a torn index would read as a work tree with files
+    missing."""
+    digest = hashlib.new(object_format)
+    size = digest.digest_size
+    digest.update(memoryview(data)[:-size])
+    return len(data) > size and data.startswith(b"DIRC") and digest.digest() == data[-size:]
+
+
+def _load_cache(repo: Repository, work: Path) -> bytes | None:
+    """Copy the cache to ``work`` if it is whole; return its content."""
     try:
         with open(repo.cache, "rb") as cache:
             data = cache.read()
             info = os.fstat(cache.fileno())
     except FileNotFoundError:
-        return False
-    digest = hashlib.new(repo.object_format)
-    size = digest.digest_size
-    digest.update(memoryview(data)[:-size])
-    if len(data) <= size or not data.startswith(b"DIRC") or digest.digest() != data[-size:]:
-        return False
+        return None
+    if not _whole(data, repo.object_format):
+        return None
     work.write_bytes(data)
     os.utime(work, ns=(info.st_atime_ns, info.st_mtime_ns))  # see _copy
-    return True
+    return data
 
 
-def _keep(work: Path, cache: Path) -> None:
-    # No fsync: a cache lost or torn by a power cut is rebuilt, never trusted wrongly
-    # (_load_cache checks it whole).
+class _SharedIndex(NamedTuple):
+    """The shared part of a split index (``sharedindex.<id>`` beside it), as it was when
+    it was found whole; "" when the index is not split."""
+
+    path: str
+    size: int = 0
+    mtime_ns: int = 0
+    inode: int = 0
+
+
+def _whole_shared_index(
+    repo: Repository, index: bytes, record: _Record | None
+) -> _SharedIndex | None:
+    """The shared index that ``index`` (the cache's content) is split from, if it is
+    whole: checked once, since it is never written again. None if it is not whole."""
+    size = hashlib.new(repo.object_format).digest_size
+    body = index[:-size]
+    for name in os.listdir(repo.cache.parent):
+        prefix, _, oid = name.partition(".")
+        # The split index names its shared index by its checksum ("link" extension).
+        if prefix != "sharedindex" or len(oid) != 2 * size or not _HEX.fullmatch(oid):
+            continue
+        if bytes.fromhex(oid) not in body:
+            continue
+        path = repo.cache.with_name(name)
+        try:
+            info = path.stat()
+            shared = _SharedIndex(str(path), info.st_size, info.st_mtime_ns, info.st_ino)
+            if record is not None and record.shared == shared:
+                return shared
+            return shared if _whole(path.read_bytes(), repo.object_format) else None
+        except OSError:
+            return None
+    return _SharedIndex("")  # not split, or its shared index is gone: git will say
+
+
+class _Record(NamedTuple):
+    """What a snapshot leaves for the next beside the cache: the checksums of the cache
+    and of the user's index it was made with, the shared index found whole, and how the
+    two indexes differ."""
+
+    cache: bytes
+    user: bytes
+    shared: _SharedIndex
+    membership: _Membership
+
+    def encode(self) -> bytes:
+        lines = [
+            _RECORD_HEADER,
+            self.cache.hex().encode(),
+            self.user.hex().encode(),
+            b" ".join(str(v).encode() for v in self.shared[1:])
+            + b" "
+            + os.fsencode(self.shared.path),
+        ]
+        paths = [b"u" + p for p in self.membership.untracked]
+        paths += [b"m" + p for p in self.membership.missing]
+        return b"\n".join(lines) + b"\n" + b"\0".join(paths)
+
+
+def _record_file(repo: Repository) -> Path:
+    return repo.cache.with_name(f"{_CACHE_NAME}-record")
+
+
+def _read_record(repo: Repository) -> _Record | None:
+    try:
+        data = _record_file(repo).read_bytes()
+    except FileNotFoundError:
+        return None
+    parts = data.split(b"\n", 4)
+    if len(parts) != 5 or parts[0] != _RECORD_HEADER:
+        return None
+    try:
+        cache, user = bytes.fromhex(parts[1].decode()), bytes.fromhex(parts[2].decode())
+        size, mtime_ns, inode, path = parts[3].split(b" ", 3)
+        shared = _SharedIndex(os.fsdecode(path), int(size), int(mtime_ns), int(inode))
+    except ValueError:
+        return None
+    known = _Membership(set(), set())
+    for entry in parts[4].split(b"\0"):
+        if entry[:1] == b"u":
+            known.untracked.add(entry[1:])
+        elif entry[:1] == b"m":
+            known.missing.add(entry[1:])
+    return _Record(cache, user, shared, known)
+
+
+def _replace(target: Path, write: Callable[[Path], object]) -> None:
+    """Write ``target`` whole or not at all. No fsync: a cache lost or torn by a power
+    cut is rebuilt, never trusted wrongly (:func:`_load_cache` checks it whole, and the
+    paths file names the cache's checksum)."""
     with contextlib.suppress(OSError):  # a read-only .git: the next snapshot starts over
-        fd, name = tempfile.mkstemp(prefix=f"{_CACHE_NAME}.", dir=cache.parent)
+        fd, name = tempfile.mkstemp(prefix=f"{target.name}.", dir=target.parent)
         os.close(fd)
         try:
-            _copy(work, Path(name))
-            os.replace(name, cache)
+            write(Path(name))
+            os.replace(name, target)
         except OSError:
             os.unlink(name)
             raise
@@ -243,32 +368,60 @@ def _remove(repo: Repository, work: Path, paths: Iterable[str]) -> None:
     _git(repo, work, ["update-index", "-z", "--index-info"], stdin=lines)
 
 
-def _update_and_write(workspace: Path, repo: Repository, work: Path) -> str:
+class _Membership(NamedTuple):
+    """How the scratch index's paths differ from the user's index's: the untracked files
+    it holds, and the tracked paths it does not hold (not files, or gone). With the
+    checksums of both indexes, it spares a snapshot listing either whole while the
+    user's index stays as it is."""
+
+    untracked: set[bytes]
+    missing: set[bytes]
+
+
+def _update_and_write(
+    workspace: Path, repo: Repository, work: Path, known: _Membership | None
+) -> tuple[str, _Membership]:
+    """Bring the scratch index up to date and write its tree; ``known`` is how it differs
+    from the user's index, when the last snapshot recorded that and neither index has
+    changed since."""
     scope = ["--", repo.prefix] if repo.prefix else []
     ours, theirs = _env(work), _env(repo.user_index)  # a missing index reads as empty
-    modified, untracked, held, tracked = (
-        set(out.split(b"\0")) - {b""}
-        for out in git_bytes_together(
-            repo.top,
-            [
-                # diff-files, not ls-files --modified: it stats the files on several threads.
-                GitCall([*_EXACT, "diff-files", "--name-only", "-z", *scope], ours),
-                GitCall(
-                    [*_EXACT, "ls-files", "-z", "--others", "--exclude-standard", *scope], theirs
-                ),
-                GitCall([*_EXACT, "ls-files", "-z", "--cached", *scope], ours),
-                GitCall([*_EXACT, "ls-files", "-z", "--cached", *scope], theirs),
-            ],
-        )
+    listings = [
+        # diff-files, not ls-files --modified: it stats the files on several threads.
+        GitCall([*_EXACT, "diff-files", "--name-only", "-z", *scope], ours),
+        GitCall([*_EXACT, "ls-files", "-z", "--others", "--exclude-standard", *scope], theirs),
+    ]
+    if known is None:
+        listings += [
+            GitCall([*_EXACT, "ls-files", "-z", "--cached", *scope], ours),
+            GitCall([*_EXACT, "ls-files", "-z", "--cached", *scope], theirs),
+        ]
+    modified, others, *whole = (
+        set(out.split(b"\0")) - {b""} for out in git_bytes_together(repo.top, listings)
     )
+    if known is None:
+        held, tracked = whole
+        known = _Membership(held - tracked, tracked - held)
     # What belongs is the user's index's answer: the files it tracks, and the untracked
-    # ones git shows (not ignored, not inside a repository of their own).
-    wanted = tracked | untracked
-    gone = held - wanted
-    changed = (modified | (wanted - held)) - gone
+    # ones git shows now (not ignored, not inside a repository of their own).
+    untracked, missing = known
+    gone = untracked - others
+    changed = (modified | missing | (others - untracked)) - gone
     if changed or gone:
-        _stage(workspace, repo, work, _decoded(changed), _decoded(gone))
-    return _write_tree(repo, work)
+        staged, removed = _stage(
+            workspace,
+            repo,
+            work,
+            _decoded(changed),
+            _decoded(gone),
+            held=lambda p: p in modified or p in untracked,
+        )
+        tracked_now = {p for p in staged | removed if p in missing or p in modified - untracked}
+        known = _Membership(
+            (untracked - removed) | (staged - tracked_now),
+            (missing - staged) | (removed & tracked_now),
+        )
+    return _write_tree(repo, work), known
 
 
 def _decoded(names: set[bytes]) -> set[str]:
@@ -276,10 +429,17 @@ def _decoded(names: set[bytes]) -> set[str]:
 
 
 def _stage(
-    workspace: Path, repo: Repository, work: Path, changed: set[str], gone: set[str]
-) -> None:
+    workspace: Path,
+    repo: Repository,
+    work: Path,
+    changed: set[str],
+    gone: set[str],
+    *,
+    held: Callable[[bytes], bool],
+) -> tuple[set[bytes], set[bytes]]:
     """Stage ``changed`` (top-relative) as it is on disk now, removing what is no file
-    (deleted, a directory, acode's state) and ``gone``.
+    (deleted, a directory, acode's state) and ``gone``; ``held`` says which paths the
+    scratch index has. Returns the paths staged and those removed.
 
     git stages a file with its stat data, so that the next listing passes over it while
     it stays as it is; but git's blob is the file's content after conversion (a filter,
@@ -291,7 +451,7 @@ def _stage(
     files = [p for p, mode in modes.items() if mode != MODE_LINK]
     raw, converted = _hashes(repo, files)
     exact = [p for p in modes if p not in raw or raw[p] == converted[p]]
-    removed = (changed - modes.keys()) | gone
+    removed = {p for p in changed - modes.keys() if held(os.fsencode(p))} | gone
     raw_entries = [(p, modes[p], raw[p]) for p in files if raw[p] != converted[p]]
     if removed or raw_entries:
         lines = b"".join(f"0 {_NO_OBJECT}\t".encode() + os.fsencode(p) + b"\0" for p in removed)
@@ -302,6 +462,7 @@ def _stage(
     if exact:
         names = b"".join(os.fsencode(p) + b"\0" for p in exact)
         _git(repo, work, ["update-index", "--add", "--replace", "-z", "--stdin"], stdin=names)
+    return {os.fsencode(p) for p in modes}, {os.fsencode(p) for p in removed}
 
 
 def _modes(workspace: Path, repo: Repository, paths: Sequence[str]) -> dict[str, str]:

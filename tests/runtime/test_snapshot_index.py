@@ -227,6 +227,21 @@ def _drop_cache(root: Path, _rel: str, data: bytes) -> None:
         cache.write_bytes(torn[: len(torn) // 2])
 
 
+def _drop_paths_record(root: Path, _rel: str, data: bytes) -> None:
+    """The record of how the two indexes differ lost, or left from an older cache."""
+    record = locate(root).cache.with_name("acode-snapshot-index-paths")
+    if len(data) % 2:
+        record.unlink(missing_ok=True)
+    elif record.exists():
+        (root / ".git" / "old-paths").write_bytes(record.read_bytes())
+
+
+def _restore_old_paths_record(root: Path, _rel: str, _data: bytes) -> None:
+    old = root / ".git" / "old-paths"
+    if old.exists():
+        old.replace(locate(root).cache.with_name("acode-snapshot-index-paths"))
+
+
 def _collect_garbage(root: Path, _rel: str, _data: bytes) -> None:
     """Every snapshot ref gone and git's objects collected: the cache names lost blobs."""
     refs = _git(root, "for-each-ref", "--format=%(refname)", "refs/acode").split()
@@ -256,6 +271,8 @@ OPERATIONS: tuple[Callable[[Path, str, bytes], None], ...] = (
     _assume_unchanged,
     _untracked_cache,
     _drop_cache,
+    _drop_paths_record,
+    _restore_old_paths_record,
     _collect_garbage,
 )
 
@@ -355,6 +372,20 @@ def test_a_torn_or_stale_cache_is_rebuilt(repo: Path) -> None:
     cache.write_bytes(whole[:12] + bytes(len(whole) - 32) + whole[-20:])
     assert _tree(repo, "s1b") == oracle(repo)
     _collect_garbage(repo, "", b"")
+    assert _tree(repo, "s2") == oracle(repo)
+
+
+def test_a_torn_shared_index_is_rebuilt(repo: Path) -> None:
+    """acode's index is split; the shared part, which git checks only by its last bytes,
+    is checked whole before it is trusted."""
+    _write(repo / "new.txt", b"untracked\n")
+    _tree(repo, "s0")
+    _write(repo / "a.txt", b"changed\n")
+    _tree(repo, "s1")  # the shared index found whole, and recorded so
+    (shared,) = (repo / ".git").glob("sharedindex.*")
+    # One name changed, in order still: git reads it without a word.
+    shared.write_bytes(shared.read_bytes().replace(b"b.txt", b"c.txt"))
+    assert b"c.txt" in _git(repo, "ls-files", env={"GIT_INDEX_FILE": str(locate(repo).cache)})
     assert _tree(repo, "s2") == oracle(repo)
 
 

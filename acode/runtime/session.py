@@ -99,6 +99,9 @@ _REPLAY_WINDOW = 1024
 # Most steps prepare nothing: one shared, never changed.
 _NOTHING_PREPARED = Prepared()
 
+# Session._replayed_step's answer when the general way (Session._perform) must decide.
+_GENERAL = object()
+
 
 def _input_hash(data: Mapping[str, Any]) -> str:
     if not data:
@@ -113,6 +116,11 @@ _NO_INPUT = hashlib.sha256(b"{}").hexdigest()[:32]
 
 def _ignore(*_: object, **__: object) -> None:
     return None
+
+
+# The newest event a replay read about one step position: its status, seq, type and
+# payload (a plain tuple: a replay makes one for every step it reads).
+_Scanned = tuple[StepStatus, int, str, dict[str, Any]]
 
 
 class _Unsettled(NamedTuple):
@@ -216,10 +224,11 @@ class Session:
         self._ledger_sid: int | None = None
         self._ledger_seeks_left = 0
         self._key_prefix = key_prefix(journal.session_id)
-        # A replay reads the events about steps in order, a window at a time, folding
-        # them into each position's record (with its newest event's type and payload),
-        # and the `steps` rows of the same positions to check them against.
-        self._window: dict[int, tuple[StepRecord, str, dict[str, Any]]] = {}
+        # A replay reads the events about steps in order, a window at a time, keeping
+        # each position's newest event (its status, seq, type and payload: the record
+        # is made only when a general call asks for it), and the `steps` rows of the
+        # same positions to check them against.
+        self._window: dict[int, _Scanned] = {}
         self._rows: dict[int, StepRecord] = {}
         self._scanned_seq = 0  # events up to here are read
         self._scanned_hash: bytes | None = None  # the hash of event _scanned_seq, checked
@@ -316,13 +325,13 @@ class Session:
         title: str | None = None,
     ) -> Any:
         """Run ``fn(ctx)`` once and return its JSON-able result."""
-        if (
-            input is None
-            and self._position >= self._recorded_until
-            and isinstance(self.observer, NullObserver)
-            and is_retryable(fn)
-        ):
-            return self._new_step(step_id, fn, task)
+        if input is None and isinstance(self.observer, NullObserver):
+            if self._position < self._recorded_until:
+                replayed = self._replayed_step(step_id)
+                if replayed is not _GENERAL:
+                    return replayed
+            elif is_retryable(fn):
+                return self._new_step(step_id, fn, task)
         # Built by acode.domain.frozen: one per call.
         action = build(PythonStep, fn=fn, arguments=input, kind=StepKind.PYTHON)
         return self._perform(action, step_id, task, title)
@@ -349,6 +358,29 @@ class Session:
         self._progress.update(self._journal)
         self.interrupts.check()
         return result
+
+    def _replayed_step(self, step_id: str) -> Any:
+        """``step`` at a recorded position, without input or observer: the recorded
+        result of a completed python step called again with its id, as a resumed
+        library caller's loop does for every step it had done. Anything else there (a
+        different id or kind, an input, a failure, a step with a `steps` row to check)
+        is _GENERAL: ``_perform`` decides, and raises what it finds."""
+        self._require_active()
+        self._check_id(step_id)
+        position = self._position
+        found = self._scanned(position)
+        if found is None or position in self._rows:
+            return _GENERAL
+        status, _, _, payload = found
+        if (
+            status is not StepStatus.COMPLETED
+            or payload.get("step") != step_id
+            or payload.get("kind", DEFAULT_STEP_KIND) != DEFAULT_STEP_KIND
+            or (payload.get("input_hash") or _NO_INPUT) != _NO_INPUT
+        ):
+            return _GENERAL
+        self._advance(step_id)
+        return payload["result"]
 
     def read(
         self, step_id: str, path: str, *, task: str | None = None, title: str | None = None
@@ -884,22 +916,30 @@ class Session:
             files=files,
         )
 
-    def _recorded(self, position: int) -> StepRecord | None:
-        """The record at ``position``. Calls take positions in the order the history
-        recorded them, so a replay reads the events about steps in order, a window at a
-        time: one query per window, not per step."""
-        if position >= self._recorded_until:
-            return None
+    def _scanned(self, position: int) -> _Scanned | None:
+        """The newest event about the step at recorded position ``position``. Calls take
+        positions in the order the history recorded them, so a replay reads the events
+        about steps in order, a window at a time: one query per window, not per step."""
         while not self._scan_done and self._scanned_position <= position:
             self._read_window(position)
-        found = self._window.get(position)
+        return self._window.get(position)
+
+    def _recorded(self, position: int) -> StepRecord | None:
+        """The record at ``position``."""
+        if position >= self._recorded_until:
+            return None
+        found = self._scanned(position)
         if found is None:
             # Every position below the recorded ones has events about its step.
             raise self._edited(
                 f"the record of step position {position} is missing from the history",
                 hint="refusing to run the step again; inspect with `acode resume --verify`",
             )
-        record = found[0]
+        status, seq, event_type, payload = found
+        try:
+            record = step_record(status, seq, payload)
+        except (KeyError, TypeError, ValueError):
+            raise self._edited(f"event {seq} ({event_type}) names no step") from None
         row = self._rows.get(position)
         if row is not None and row != record:
             raise self._edited(
@@ -924,13 +964,13 @@ class Session:
                 continue  # not about a step
             try:
                 payload = _object(payload_json)
-                record = step_record(status, seq, payload)
+                at = int(payload["position"])
             except (KeyError, TypeError, ValueError):
                 raise self._edited(f"event {seq} ({event_type}) names no step") from None
-            if record.position < self._scanned_position:
-                raise self._edited(f"event {seq} goes back to step position {record.position}")
-            window[record.position] = (record, event_type, payload)
-            self._scanned_position = record.position
+            if at < self._scanned_position:
+                raise self._edited(f"event {seq} goes back to step position {at}")
+            window[at] = (status, seq, event_type, payload)
+            self._scanned_position = at
         self._window = window
         self._rows = {
             r.position: r for r in store.step_rows(row.sid, position, self._scanned_position)
@@ -948,8 +988,8 @@ class Session:
     def _outcome(self, record: StepRecord) -> tuple[str, dict[str, Any]]:
         """The type and payload of the event holding ``record``'s outcome."""
         cached = self._window.get(record.position)
-        if cached is not None and cached[0].event_seq == record.event_seq:
-            return cached[1], cached[2]
+        if cached is not None and cached[1] == record.event_seq:
+            return cached[2], cached[3]
         event = self._journal.history.event(record.event_seq)
         return event.type.value, event.payload
 

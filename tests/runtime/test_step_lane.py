@@ -1,8 +1,10 @@
 """`Session.step` takes a shorter way for a new retryable python step with no input and
-no observer (``Session._new_step``, ``Journal.write_completion``). Whichever way a step
-takes, the database must end up the same, byte for byte: these tests run the same
-calls both ways, on the same clock and the same random bytes, and compare every row.
-An observer sends every step the general way (``Session._perform``)."""
+no observer (``Session._new_step``, ``Journal.write_completion``), and for such a step
+called again at a recorded position (``Session._replayed_step``). Whichever way a step
+takes, the database must end up the same, byte for byte, and every call return or raise
+the same: these tests run the same calls both ways, on the same clock and the same
+random bytes, and compare every row and outcome. An observer sends every step the
+general way (``Session._perform``)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 import acode
 from acode.errors import (
     AcodeError,
+    CheckpointError,
     NonDeterminismError,
     PauseRequested,
     StepFailedError,
@@ -240,4 +243,23 @@ def test_only_the_steps_the_lane_cannot_take_go_the_general_way(
             given = {"x": 1} if step_id == "input" else None
             assert r.step(step_id, lambda ctx: pytest.fail("ran again"), input=given) == value
         assert r.step("after", lambda ctx: 5) == 5
-    assert general == ["input", "once", "observed", "new", "input", "once", "observed"]
+    # Replayed, a completed step without input or observer returns its result the short
+    # way too (Session._replayed_step); one with an input or a `steps` row does not.
+    assert general == ["input", "once", "observed", "input", "once"]
+
+
+def test_a_replayed_step_with_a_row_is_held_to_it(workspace: Path) -> None:
+    """A completed step with a `steps` row goes the general way on replay, which holds
+    the row to the step's events: an edited row is refused, before the steps after it
+    in the same window are read."""
+    s = acode.open_session("rows", workspace=workspace)
+    s.step("once", acode.python_step(retryable=False)(lambda ctx: 0))
+    for i in range(3):
+        s.step(f"s{i}", lambda ctx: ctx.position)
+    s.pause("test")
+    s.close()
+    with closing(sqlite3.connect(StatePaths(workspace).db)) as conn, conn:
+        assert conn.execute("UPDATE steps SET attempt = 7 WHERE step_id = 'once'").rowcount
+    with acode.resume_session(s.id, workspace=workspace) as r:
+        with pytest.raises(CheckpointError, match="'once' is completed in the steps table"):
+            r.step("once", lambda ctx: pytest.fail("ran again"))

@@ -33,7 +33,7 @@ from acode.errors import (
 )
 from acode.runtime.journal import SUMMARY_EVERY, verify_history
 from acode.runtime.observer import StepNotice
-from acode.runtime.session import Session
+from acode.runtime.session import _REPLAY_WINDOW, Session
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.sqlite_store import open_store
@@ -248,11 +248,17 @@ def test_only_the_steps_the_lane_cannot_take_go_the_general_way(
     assert general == ["input", "once", "observed", "input", "once"]
 
 
-def test_a_replayed_step_with_a_row_is_held_to_it(workspace: Path) -> None:
+@pytest.mark.parametrize("before", [0, _REPLAY_WINDOW + 3])
+def test_a_replayed_step_with_a_row_is_held_to_it(workspace: Path, before: int) -> None:
     """A completed step with a `steps` row goes the general way on replay, which holds
-    the row to the step's events: an edited row is refused, before the steps after it
-    in the same window are read."""
+    the row to the step's events: an edited row is refused, in the first window of the
+    replay or in a later one, before the steps after it in its window are read."""
+    config = workspace / ".agent" / "config.yml"
+    config.parent.mkdir(parents=True)
+    config.write_text("durability: normal\n", encoding="utf-8")  # quick to record
     s = acode.open_session("rows", workspace=workspace)
+    for i in range(before):
+        s.step(f"b{i}", lambda ctx: ctx.position)
     s.step("once", acode.python_step(retryable=False)(lambda ctx: 0))
     for i in range(3):
         s.step(f"s{i}", lambda ctx: ctx.position)
@@ -261,5 +267,7 @@ def test_a_replayed_step_with_a_row_is_held_to_it(workspace: Path) -> None:
     with closing(sqlite3.connect(StatePaths(workspace).db)) as conn, conn:
         assert conn.execute("UPDATE steps SET attempt = 7 WHERE step_id = 'once'").rowcount
     with acode.resume_session(s.id, workspace=workspace) as r:
+        for i in range(before):
+            assert r.step(f"b{i}", lambda ctx: pytest.fail("ran again")) == i
         with pytest.raises(CheckpointError, match="'once' is completed in the steps table"):
             r.step("once", lambda ctx: pytest.fail("ran again"))

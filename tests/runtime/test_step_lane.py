@@ -248,26 +248,36 @@ def test_only_the_steps_the_lane_cannot_take_go_the_general_way(
     assert general == ["input", "once", "observed", "input", "once"]
 
 
-@pytest.mark.parametrize("before", [0, _REPLAY_WINDOW + 3])
+# Where the step with a row falls: in the first window; with its start record the last
+# event of the first window and its completion the first of the next; in a later window.
+@pytest.mark.parametrize("before", [0, _REPLAY_WINDOW - 3, _REPLAY_WINDOW + 3])
 def test_a_replayed_step_with_a_row_is_held_to_it(workspace: Path, before: int) -> None:
     """A completed step with a `steps` row goes the general way on replay, which holds
-    the row to the step's events: an edited row is refused, in the first window of the
-    replay or in a later one, before the steps after it in its window are read."""
+    the row to the step's events, wherever they fall among the replay's windows: the
+    row as recorded replays, an edited one is refused."""
     config = workspace / ".agent" / "config.yml"
     config.parent.mkdir(parents=True)
     config.write_text("durability: normal\n", encoding="utf-8")  # quick to record
     s = acode.open_session("rows", workspace=workspace)
-    for i in range(before):
+    for i in range(before):  # events 3 to before + 2, after the session's first two
         s.step(f"b{i}", lambda ctx: ctx.position)
-    s.step("once", acode.python_step(retryable=False)(lambda ctx: 0))
+    s.step("once", acode.python_step(retryable=False)(lambda ctx: "done"))
     for i in range(3):
         s.step(f"s{i}", lambda ctx: ctx.position)
     s.pause("test")
     s.close()
+
+    def replay() -> None:
+        with acode.resume_session(s.id, workspace=workspace) as r:
+            for i in range(before):
+                assert r.step(f"b{i}", lambda ctx: pytest.fail("ran again")) == i
+            assert r.step("once", lambda ctx: pytest.fail("ran again")) == "done"
+            for i in range(3):
+                assert r.step(f"s{i}", lambda ctx: pytest.fail("ran again")) == before + 1 + i
+            r.pause("test")
+
+    replay()
     with closing(sqlite3.connect(StatePaths(workspace).db)) as conn, conn:
         assert conn.execute("UPDATE steps SET attempt = 7 WHERE step_id = 'once'").rowcount
-    with acode.resume_session(s.id, workspace=workspace) as r:
-        for i in range(before):
-            assert r.step(f"b{i}", lambda ctx: pytest.fail("ran again")) == i
-        with pytest.raises(CheckpointError, match="'once' is completed in the steps table"):
-            r.step("once", lambda ctx: pytest.fail("ran again"))
+    with pytest.raises(CheckpointError, match="'once' is completed in the steps table"):
+        replay()

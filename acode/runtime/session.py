@@ -44,6 +44,7 @@ from acode.errors import (
 )
 from acode.runtime.approvals import decision_payload, decision_valid, subject_hash
 from acode.runtime.faults import environment_fault
+from acode.runtime.history import EventRow
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal
 from acode.runtime.locks import SessionLock
@@ -99,6 +100,9 @@ _REPLAY_WINDOW = 1024
 # Most steps prepare nothing: one shared, never changed.
 _NOTHING_PREPARED = Prepared()
 
+# Session._replayed_step's answer when the general way (Session._perform) must decide.
+_GENERAL = object()
+
 
 def _input_hash(data: Mapping[str, Any]) -> str:
     if not data:
@@ -113,6 +117,11 @@ _NO_INPUT = hashlib.sha256(b"{}").hexdigest()[:32]
 
 def _ignore(*_: object, **__: object) -> None:
     return None
+
+
+# The newest event a replay read about one step position: its status, seq, type and
+# payload (a plain tuple: a replay makes one for every step it reads).
+_Scanned = tuple[StepStatus, int, str, dict[str, Any]]
 
 
 class _Unsettled(NamedTuple):
@@ -216,15 +225,20 @@ class Session:
         self._ledger_sid: int | None = None
         self._ledger_seeks_left = 0
         self._key_prefix = key_prefix(journal.session_id)
-        # A replay reads the events about steps in order, a window at a time, folding
-        # them into each position's record (with its newest event's type and payload),
-        # and the `steps` rows of the same positions to check them against.
-        self._window: dict[int, tuple[StepRecord, str, dict[str, Any]]] = {}
+        # A replay reads the events in order, a window of rows at a time (each checked
+        # against the chain), with the `steps` rows of their positions to check them
+        # against; it decodes the events about steps one at a time as the calls reach
+        # them, keeping the newest event of the positions it decoded but did not pass
+        # (its status, seq, type and payload: the record is made only when a general
+        # call asks for it).
+        self._window: dict[int, _Scanned] = {}
         self._rows: dict[int, StepRecord] = {}
+        self._events: list[EventRow] = []  # the window's rows
+        self._next_event = 0  # the index in _events of the next one to decode
         self._scanned_seq = 0  # events up to here are read
         self._scanned_hash: bytes | None = None  # the hash of event _scanned_seq, checked
-        self._scanned_position = -1  # the highest position they name
-        self._scan_done = self._recorded_until == 0
+        self._scanned_position = -1  # the highest position the decoded events name
+        self._scan_done = self._recorded_until == 0  # no window is left to read
         self._transcript: list[dict[str, Any]] | None = None
         # A step whose call raised with no outcome recorded (``_unsettle``).
         self._unsettled: _Unsettled | None = None
@@ -316,13 +330,13 @@ class Session:
         title: str | None = None,
     ) -> Any:
         """Run ``fn(ctx)`` once and return its JSON-able result."""
-        if (
-            input is None
-            and self._position >= self._recorded_until
-            and isinstance(self.observer, NullObserver)
-            and is_retryable(fn)
-        ):
-            return self._new_step(step_id, fn, task)
+        if input is None and isinstance(self.observer, NullObserver):
+            if self._position < self._recorded_until:
+                replayed = self._replayed_step(step_id)
+                if replayed is not _GENERAL:
+                    return replayed
+            elif is_retryable(fn):
+                return self._new_step(step_id, fn, task)
         # Built by acode.domain.frozen: one per call.
         action = build(PythonStep, fn=fn, arguments=input, kind=StepKind.PYTHON)
         return self._perform(action, step_id, task, title)
@@ -349,6 +363,30 @@ class Session:
         self._progress.update(self._journal)
         self.interrupts.check()
         return result
+
+    def _replayed_step(self, step_id: str) -> Any:
+        """``step`` at a recorded position, without input or observer: the recorded
+        result of a completed python step called again with its id, as a resumed
+        library caller's loop does for every step it had done. Anything else there (a
+        different id or kind, an input, a failure, a step with a `steps` row to check)
+        is _GENERAL: ``_perform`` decides, and raises what it finds."""
+        self._require_active()
+        position = self._position
+        found = self._scanned(position)
+        if found is None or position in self._rows:
+            return _GENERAL
+        status, _, _, payload = found
+        if (
+            status is not StepStatus.COMPLETED
+            or payload.get("step") != step_id
+            or payload.get("kind", DEFAULT_STEP_KIND) != DEFAULT_STEP_KIND
+            or (payload.get("input_hash") or _NO_INPUT) != _NO_INPUT
+        ):
+            return _GENERAL
+        # The id is the one recorded here, so ``_check_id`` has nothing to refuse: acode
+        # checked it when it recorded it, and a history gives an id one position.
+        self._advance(step_id)
+        return payload["result"]
 
     def read(
         self, step_id: str, path: str, *, task: str | None = None, title: str | None = None
@@ -884,22 +922,59 @@ class Session:
             files=files,
         )
 
+    def _scanned(self, position: int) -> _Scanned | None:
+        """The newest event about the step at recorded position ``position``. Calls take
+        positions in the order the history recorded them, so a replay reads the events
+        in order, a window at a time (one query per window, not per step), and decodes
+        each event about a step when the call of its position comes: a payload lives
+        from its step's call to the next, not for a whole window."""
+        self._window.pop(position - 1, None)  # replayed
+        while self._scanned_position <= position and self._decode_next(position):
+            pass
+        return self._window.get(position)
+
+    def _decode_next(self, position: int) -> bool:
+        """Decode the next event about a step into the window; False when there is none."""
+        events = self._events
+        while True:
+            if self._next_event == len(events):
+                if self._scan_done:
+                    return False
+                self._read_window(position)
+                events = self._events
+                continue
+            seq, _, _, event_type, payload_json, _ = events[self._next_event]
+            self._next_event += 1
+            status = step_status(event_type)
+            if status is not None:
+                break  # else: not about a step
+        try:
+            payload = _object(payload_json)
+            at = int(payload["position"])
+        except (KeyError, TypeError, ValueError):
+            raise self._edited(f"event {seq} ({event_type}) names no step") from None
+        if at < self._scanned_position:
+            raise self._edited(f"event {seq} goes back to step position {at}")
+        self._window[at] = (status, seq, event_type, payload)
+        self._scanned_position = at
+        return True
+
     def _recorded(self, position: int) -> StepRecord | None:
-        """The record at ``position``. Calls take positions in the order the history
-        recorded them, so a replay reads the events about steps in order, a window at a
-        time: one query per window, not per step."""
+        """The record at ``position``."""
         if position >= self._recorded_until:
             return None
-        while not self._scan_done and self._scanned_position <= position:
-            self._read_window(position)
-        found = self._window.get(position)
+        found = self._scanned(position)
         if found is None:
             # Every position below the recorded ones has events about its step.
             raise self._edited(
                 f"the record of step position {position} is missing from the history",
                 hint="refusing to run the step again; inspect with `acode resume --verify`",
             )
-        record = found[0]
+        status, seq, event_type, payload = found
+        try:
+            record = step_record(status, seq, payload)
+        except (KeyError, TypeError, ValueError):
+            raise self._edited(f"event {seq} ({event_type}) names no step") from None
         row = self._rows.get(position)
         if row is not None and row != record:
             raise self._edited(
@@ -909,32 +984,18 @@ class Session:
         return record
 
     def _read_window(self, position: int) -> None:
-        """The next window of events about steps, folded into their positions' records;
-        what is below ``position`` was replayed and is let go."""
+        """The next window of events, each checked against the chain as it is read, and
+        the `steps` rows of the positions still to replay that its events can name:
+        from ``position`` up to one more per event than the highest position decoded
+        (every position has an event, and positions follow each other)."""
         store, row = self._journal.store, self._journal.row
-        # Every event of the window is checked against the chain as it is read.
         events = self._journal.history.window(self._scanned_seq, self._scanned_hash, _REPLAY_WINDOW)
         self._scan_done = len(events) < _REPLAY_WINDOW
         if events:
             self._scanned_seq, self._scanned_hash = events[-1][0], events[-1][5]
-        window = {p: found for p, found in self._window.items() if p >= position}
-        for seq, _, _, event_type, payload_json, _ in events:
-            status = step_status(event_type)
-            if status is None:
-                continue  # not about a step
-            try:
-                payload = _object(payload_json)
-                record = step_record(status, seq, payload)
-            except (KeyError, TypeError, ValueError):
-                raise self._edited(f"event {seq} ({event_type}) names no step") from None
-            if record.position < self._scanned_position:
-                raise self._edited(f"event {seq} goes back to step position {record.position}")
-            window[record.position] = (record, event_type, payload)
-            self._scanned_position = record.position
-        self._window = window
-        self._rows = {
-            r.position: r for r in store.step_rows(row.sid, position, self._scanned_position)
-        }
+        self._events, self._next_event = events, 0
+        last = max(position, self._scanned_position) + len(events)
+        self._rows = {r.position: r for r in store.step_rows(row.sid, position, last)}
 
     def _edited(
         self, what: str, hint: str = "inspect with `acode resume --verify`"
@@ -948,8 +1009,8 @@ class Session:
     def _outcome(self, record: StepRecord) -> tuple[str, dict[str, Any]]:
         """The type and payload of the event holding ``record``'s outcome."""
         cached = self._window.get(record.position)
-        if cached is not None and cached[0].event_seq == record.event_seq:
-            return cached[1], cached[2]
+        if cached is not None and cached[1] == record.event_seq:
+            return cached[2], cached[3]
         event = self._journal.history.event(record.event_seq)
         return event.type.value, event.payload
 

@@ -553,8 +553,20 @@ class SqliteStore:
         time, type, payload JSON, hash): a replay reads a long session in windows, each
         event checked against its chain, with no Event built but for what it uses."""
         bounds = (key(session.sid, after_seq), key(session.sid + 1, 0), limit)
+        # A replay reads every event so: the common id is formatted here, not through
+        # _event_id; the hash is whatever the column holds (only a link's bytes equal
+        # one, so an edited value fails the check that reads it).
         return [
-            (seq, _event_id(event_id), ts, type_, payload, bytes(hash_))
+            (
+                seq,
+                uuid_text(event_id)
+                if type(event_id) is bytes and len(event_id) == 16
+                else _event_id(event_id),
+                ts,
+                type_,
+                payload,
+                hash_,
+            )
             for seq, event_id, ts, type_, payload, hash_ in self.conn.execute(
                 SELECT_EVENT_ROWS, bounds
             )

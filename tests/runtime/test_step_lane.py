@@ -1,8 +1,10 @@
 """`Session.step` takes a shorter way for a new retryable python step with no input and
-no observer (``Session._new_step``, ``Journal.write_completion``). Whichever way a step
-takes, the database must end up the same, byte for byte: these tests run the same
-calls both ways, on the same clock and the same random bytes, and compare every row.
-An observer sends every step the general way (``Session._perform``)."""
+no observer (``Session._new_step``, ``Journal.write_completion``), and for such a step
+called again at a recorded position (``Session._replayed_step``). Whichever way a step
+takes, the database must end up the same, byte for byte, and every call return or raise
+the same: these tests run the same calls both ways, on the same clock and the same
+random bytes, and compare every row and outcome. An observer sends every step the
+general way (``Session._perform``)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 import acode
 from acode.errors import (
     AcodeError,
+    CheckpointError,
     NonDeterminismError,
     PauseRequested,
     StepFailedError,
@@ -30,7 +33,7 @@ from acode.errors import (
 )
 from acode.runtime.journal import SUMMARY_EVERY, verify_history
 from acode.runtime.observer import StepNotice
-from acode.runtime.session import Session
+from acode.runtime.session import _REPLAY_WINDOW, Session
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.sqlite_store import open_store
@@ -240,4 +243,41 @@ def test_only_the_steps_the_lane_cannot_take_go_the_general_way(
             given = {"x": 1} if step_id == "input" else None
             assert r.step(step_id, lambda ctx: pytest.fail("ran again"), input=given) == value
         assert r.step("after", lambda ctx: 5) == 5
-    assert general == ["input", "once", "observed", "new", "input", "once", "observed"]
+    # Replayed, a completed step without input or observer returns its result the short
+    # way too (Session._replayed_step); one with an input or a `steps` row does not.
+    assert general == ["input", "once", "observed", "input", "once"]
+
+
+# Where the step with a row falls: in the first window; with its start record the last
+# event of the first window and its completion the first of the next; in a later window.
+@pytest.mark.parametrize("before", [0, _REPLAY_WINDOW - 3, _REPLAY_WINDOW + 3])
+def test_a_replayed_step_with_a_row_is_held_to_it(workspace: Path, before: int) -> None:
+    """A completed step with a `steps` row goes the general way on replay, which holds
+    the row to the step's events, wherever they fall among the replay's windows: the
+    row as recorded replays, an edited one is refused."""
+    config = workspace / ".agent" / "config.yml"
+    config.parent.mkdir(parents=True)
+    config.write_text("durability: normal\n", encoding="utf-8")  # quick to record
+    s = acode.open_session("rows", workspace=workspace)
+    for i in range(before):  # events 3 to before + 2, after the session's first two
+        s.step(f"b{i}", lambda ctx: ctx.position)
+    s.step("once", acode.python_step(retryable=False)(lambda ctx: "done"))
+    for i in range(3):
+        s.step(f"s{i}", lambda ctx: ctx.position)
+    s.pause("test")
+    s.close()
+
+    def replay() -> None:
+        with acode.resume_session(s.id, workspace=workspace) as r:
+            for i in range(before):
+                assert r.step(f"b{i}", lambda ctx: pytest.fail("ran again")) == i
+            assert r.step("once", lambda ctx: pytest.fail("ran again")) == "done"
+            for i in range(3):
+                assert r.step(f"s{i}", lambda ctx: pytest.fail("ran again")) == before + 1 + i
+            r.pause("test")
+
+    replay()
+    with closing(sqlite3.connect(StatePaths(workspace).db)) as conn, conn:
+        assert conn.execute("UPDATE steps SET attempt = 7 WHERE step_id = 'once'").rowcount
+    with pytest.raises(CheckpointError, match="'once' is completed in the steps table"):
+        replay()

@@ -9,7 +9,9 @@ left that could still change the workspace behind the log's back.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -236,11 +238,35 @@ class _Spawner:
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
     """Wait for the command; True when it timed out (its group is then terminated)."""
     try:
-        proc.wait(timeout=timeout)
+        _wait_exit(proc, timeout)
     except subprocess.TimeoutExpired:
         terminate_group(proc, _GRACE_SECONDS)
         return True
     return False
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> None:
+    """``proc.wait(timeout)``, woken by the exit itself. With a time-out, Popen.wait
+    polls, sleeping twice as long each time (up to 50 ms): a command of 2 ms was noticed
+    about 2 ms late, doubling what a short ``run`` step cost. A pidfd becomes readable
+    the instant the process exits (Linux 5.3); elsewhere Popen.wait does as before."""
+    if timeout is None:
+        proc.wait()
+        return
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # not Linux, an old kernel, or a seccomp filter
+        proc.wait(timeout=timeout)
+        return
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        # A signal handler that raises (a pause) ends the poll; any other resumes it.
+        if not poller.poll(math.ceil(timeout * 1000)):
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(fd)
+    proc.wait()
 
 
 def _terminate_leftovers(proc: subprocess.Popen[bytes]) -> None:

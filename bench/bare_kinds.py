@@ -13,7 +13,9 @@ a step kind fsyncs"):
   fsync, rename, directory fsync); the completion is a second FULL commit.
 - run with ``paths``: the declared files' contents are durable before the command runs
   (a FULL commit), the command runs in a new process group with its output captured,
-  the declared files are hashed again afterwards, and the completion is a FULL commit.
+  that group noted by the command's shell before the command starts (so that a resume
+  after a kill can stop what it left running), the declared files are hashed again
+  afterwards, and the completion is a FULL commit.
 - run without ``paths`` in a git work tree: the same with a snapshot of the whole work
   tree instead, a commit kept under a ref, built by git from a copy of the user's index
   (the cheapest way git offers to record "what is here now").
@@ -26,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -53,6 +56,8 @@ class BareKinds:
         for statement in _SCHEMA:
             self._conn.execute(statement)
         self._dir_fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._notes = database.parent / "children"
+        self._notes.mkdir(exist_ok=True)
 
     def close(self) -> None:
         os.close(self._dir_fd)
@@ -120,8 +125,11 @@ class BareKinds:
             self._record({"step": step, "snapshot": [sha for sha, _ in blobs]}, tuple(blobs))
         else:
             self._record({"step": step, "ghost": self._snapshot(step)})
+        # The process group noted by the command's shell before the command runs, so
+        # that a resume after a kill can stop what it left running (acode.runtime.orphans).
+        note = self._notes / f"{step}.pgid"
         result = subprocess.run(
-            ["/bin/sh", "-c", command],
+            ["/bin/sh", "-c", f"echo $$ > {shlex.quote(str(note))} && eval {shlex.quote(command)}"],
             cwd=self.workspace,
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -129,6 +137,7 @@ class BareKinds:
             timeout=60,
             check=True,
         )
+        note.unlink()
         files = []
         for name in paths:
             data, info = self._read(name)

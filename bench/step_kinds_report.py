@@ -20,9 +20,9 @@ _BARE = {
     "directory fsync; stat; FULL commit",
     "edit": "as write, the post-image made by replacing the text once",
     "run-paths": "read the declared file; FULL commit (its snapshot); `sh -c` in a new "
-    "session, output captured; the file hashed again; FULL commit",
+    "session noting its group, output captured; the file hashed again; FULL commit",
     "run-ghost": "copy of the index, `git add -A`, `write-tree`, `commit-tree`, "
-    "`update-ref`; FULL commit; `sh -c`; FULL commit",
+    "`update-ref`; FULL commit; `sh -c` as above; FULL commit",
     "commit": "`git add -A`, `git commit` with the trailer, `git rev-parse HEAD`; FULL commit",
 }
 

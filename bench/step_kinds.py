@@ -5,8 +5,8 @@ guarantees by hand.
 
 In a round, each kind gets a fresh acode workspace and a fresh bare one, built alike
 (the same files; a small git repository for the kinds that need one), and the two take
-turns: a chunk of steps each, the order reversing every chunk and every round, so that
-the machine's drift hits both alike. A kind's ratio is the median over rounds of acode's
+turns, a few steps each at a time, the order reversing every turn and every round, so
+that the machine's drift hits both alike. A kind's ratio is the median over rounds of acode's
 µs per step over the bare loop's in the same round.
 
 ``python -m bench.step_kinds [--quick]`` prints this section alone (the whole report is
@@ -36,7 +36,7 @@ __all__ = ["KINDS", "Kind", "StepKinds", "main", "run_step_kinds"]
 
 _FILES = 20  # the files the file kinds take turns on
 _REPO_FILES = 200  # a small repository: what `run` without paths snapshots
-_CHUNKS = 4  # turns per kind and round, each side
+_TURNS = 8  # turns per kind and round, each side (half with --quick)
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,16 @@ class Kind:
     key: str
     label: str
     git: bool  # its workspace is a git repository
-    steps: int  # steps per round, each side (halved with --quick)
+    turn: int  # steps per turn
 
 
 KINDS = (
-    Kind("read", "read", False, 200),
-    Kind("write", "write", False, 200),
-    Kind("edit", "edit", False, 200),
-    Kind("run-paths", "run, `paths: [log.txt]`", False, 24),
-    Kind("run-ghost", f"run without `paths`, git repository of {_REPO_FILES} files", True, 12),
-    Kind("commit", "commit", True, 12),
+    Kind("read", "read", False, 25),
+    Kind("write", "write", False, 25),
+    Kind("edit", "edit", False, 25),
+    Kind("run-paths", "run, `paths: [log.txt]`", False, 3),
+    Kind("run-ghost", f"run without `paths`, git repository of {_REPO_FILES} files", True, 2),
+    Kind("commit", "commit", True, 2),
 )
 
 
@@ -173,25 +173,25 @@ def run_step_kinds(
     kinds: Sequence[Kind] = KINDS,
 ) -> StepKinds:
     results = StepKinds(rounds)
+    turns = _TURNS // 2 if quick else _TURNS
     for kind in kinds:
-        results.steps[kind.key] = kind.steps // 2 if quick else kind.steps
+        results.steps[kind.key] = kind.turn * turns
     for round_ in range(rounds):
         progress(f"step kinds: round {round_ + 1} of {rounds}")
         for index, kind in enumerate(kinds):
             directory = Path(tempfile.mkdtemp(prefix=f"kind-{kind.key}-", dir=scratch))
             sides = _Sides(kind, directory)
             total = {"acode": 0.0, "bare": 0.0}
-            chunk = max(1, results.steps[kind.key] // _CHUNKS)
             try:
-                for turn in range(_CHUNKS):
+                for turn in range(turns):
                     order = ("acode", "bare") if (turn + round_ + index) % 2 else ("bare", "acode")
                     for side in order:
-                        total[side] += sides.steps(side, chunk)
+                        total[side] += sides.steps(side, kind.turn)
             finally:
                 sides.close()
                 shutil.rmtree(directory, ignore_errors=True)
             for side, value in total.items():
-                results.per_step_us.setdefault((kind.key, side), []).append(value / _CHUNKS)
+                results.per_step_us.setdefault((kind.key, side), []).append(value / turns)
     return results
 
 
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m bench.step_kinds",
         description="Every step kind against its bare equivalent; prints the section.",
     )
-    parser.add_argument("--quick", action="store_true", help="3 rounds of half the steps")
+    parser.add_argument("--quick", action="store_true", help="3 rounds of half the turns")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 5; 3 quick)")
     parser.add_argument("--kind", action="append", choices=[k.key for k in KINDS])
     args = parser.parse_args(argv)

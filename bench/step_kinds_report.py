@@ -41,8 +41,9 @@ def render_step_kinds(results: StepKinds, kinds: Sequence[Kind] = KINDS) -> str:
         "guarantees written by hand (what each kind must fsync, and why, is in "
         'docs/architecture.md, "What a step kind fsyncs"). In a round each kind gets '
         "fresh workspaces alike on both sides (20 small files; for the git kinds a "
-        "repository of 200 files), and the two sides take turns, "
-        "a quarter of the round's steps at a time, the order alternating. "
+        "repository of 200 files), and the two sides take turns: 8 turns a round each "
+        "(4 with `--quick`), the order alternating, each turn a few steps (25 of the file "
+        "kinds, 3 of a run with paths, 2 of the git kinds). "
         f"Medians of {results.rounds} rounds; x bare is the median of the rounds' "
         "ratios.",
         "",

@@ -72,7 +72,7 @@ def test_edits_walk_each_file_one_value_at_a_time(tmp_path: Path) -> None:
 
 def test_every_kind_is_timed_in_every_round(tmp_path: Path) -> None:
     lines: list[str] = []
-    kinds = [Kind(k.key, k.label, k.git, 8) for k in KINDS]
+    kinds = [Kind(k.key, k.label, k.git, 1) for k in KINDS]
     results = run_step_kinds(2, tmp_path, lines.append, quick=True, kinds=kinds)
     for kind in kinds:
         assert results.steps[kind.key] == 4

@@ -127,23 +127,27 @@ class BareKinds:
             self._record({"step": step, "ghost": self._snapshot(step)})
         # The process group noted by the command's shell before the command runs, so
         # that a resume after a kill can stop what it left running (acode.runtime.orphans).
+        # No time-out: subprocess's (Popen.wait polling with sleeps) costs a short command
+        # a millisecond, and one done right costs nothing until it fires.
         note = self._notes / f"{step}.pgid"
-        result = subprocess.run(
+        proc = subprocess.Popen(
             ["/bin/sh", "-c", f"echo $$ > {shlex.quote(str(note))} && eval {shlex.quote(command)}"],
             cwd=self.workspace,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,
-            timeout=60,
-            check=True,
         )
+        stdout, _ = proc.communicate()
         note.unlink()
+        if proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, command)
         files = []
         for name in paths:
             data, info = self._read(name)
             files.append([name, hashlib.sha256(data).hexdigest(), info.st_size])
         self._record(
-            {"step": step, "exit_code": result.returncode, "stdout": result.stdout.decode()}
+            {"step": step, "exit_code": proc.returncode, "stdout": stdout.decode()}
             | {"files": files}
         )
 

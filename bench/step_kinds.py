@@ -63,6 +63,8 @@ class StepKinds:
     steps: dict[str, int] = field(default_factory=dict)  # kind -> steps timed a round, a side
     # (kind, "acode" | "bare") -> µs per step, one value per round
     per_step_us: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    # the disk's fsync of a 200-byte append before and after, for what the rounds saw
+    fsync_us: tuple[float, float] = (0.0, 0.0)
 
     def ratios(self, kind: str) -> list[float]:
         acode, bare = self.per_step_us[(kind, "acode")], self.per_step_us[(kind, "bare")]
@@ -172,8 +174,11 @@ def run_step_kinds(
     quick: bool = False,
     kinds: Sequence[Kind] = KINDS,
 ) -> StepKinds:
+    from bench.machine import fsync_latency_us
+
     results = StepKinds(rounds)
     turns = _TURNS // 2 if quick else _TURNS
+    before = fsync_latency_us(scratch)
     for kind in kinds:
         results.steps[kind.key] = kind.turn * turns
     for round_ in range(rounds):
@@ -192,6 +197,7 @@ def run_step_kinds(
                 shutil.rmtree(directory, ignore_errors=True)
             for side, value in total.items():
                 results.per_step_us.setdefault((kind.key, side), []).append(value / turns)
+    results.fsync_us = (before, fsync_latency_us(scratch))
     return results
 
 

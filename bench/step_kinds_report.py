@@ -20,7 +20,8 @@ _BARE = {
     "directory fsync; stat; FULL commit",
     "edit": "as write, the post-image made by replacing the text once",
     "run-paths": "read the declared file; FULL commit (its snapshot); `sh -c` in a new "
-    "session noting its group, output captured; the file hashed again; FULL commit",
+    "session noting its group, output captured (no time-out); the file hashed again; "
+    "FULL commit",
     "run-ghost": "copy of the index, `git add -A`, `write-tree`, `commit-tree`, "
     "`update-ref`; FULL commit; `sh -c` as above; FULL commit",
     "commit": "`git add -A`, `git commit` with the trailer, `git rev-parse HEAD`; FULL commit",
@@ -45,7 +46,10 @@ def render_step_kinds(results: StepKinds, kinds: Sequence[Kind] = KINDS) -> str:
         "(4 with `--quick`), the order alternating, each turn a few steps (25 of the file "
         "kinds, 3 of a run with paths, 2 of the git kinds). "
         f"Medians of {results.rounds} rounds; x bare is the median of the rounds' "
-        "ratios.",
+        "ratios. The disk's fsync of a 200-byte append took "
+        f"{_us(results.fsync_us[0])} µs before the rounds and {_us(results.fsync_us[1])} "
+        "µs after (medians of 200): where it is slow, or the machine busy, the system "
+        "calls both sides share weigh more and the ratios come closer to 1.",
         "",
         "| kind | steps a round | acode µs per step | bare µs per step | x bare "
         "| per-round ratios | the bare loop does | |",

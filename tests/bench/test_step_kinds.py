@@ -80,6 +80,7 @@ def test_every_kind_is_timed_in_every_round(tmp_path: Path) -> None:
             values = results.per_step_us[(kind.key, side)]
             assert len(values) == 2
             assert all(v > 0 for v in values)
+    assert all(us > 0 for us in results.fsync_us)
     assert list(tmp_path.iterdir()) == []  # every workspace removed
     assert sum("round" in line for line in lines) == 2
     section = render_step_kinds(results, kinds)

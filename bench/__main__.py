@@ -143,7 +143,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.machine import bench_root, describe, fsync_latency_us
 
     if args.only:
-        section = _step_kinds_section(args.quick, bench_root(REPO))
+        root = bench_root(REPO)
+        commit = describe(REPO, root).commit
+        section = _step_kinds_section(args.quick, root)
+        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        section += (
+            f"\nMeasured alone, by `python -m bench --only {args.only}"
+            f"{' --quick' if args.quick else ''}` on {when} at `{commit}`: not in the run "
+            "the header describes.\n"
+        )
         old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(_splice(old, section), encoding="utf-8")

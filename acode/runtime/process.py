@@ -103,6 +103,7 @@ class _Tail:
     def text(self) -> str:
         data = bytes(self._buffer)
         if self.truncated:
+            # The cut may split a UTF-8 sequence: drop its orphaned continuation bytes.
             data = data[_orphan_prefix_length(data) :]
         return data.decode("utf-8", errors="replace")
 

@@ -6,8 +6,8 @@ guarantees by hand.
 In a round, each kind gets a fresh acode workspace and a fresh bare one, built alike
 (the same files; a small git repository for the kinds that need one), and the two take
 turns, a few steps each at a time, the order reversing every turn and every round, so
-that the machine's drift hits both alike. A kind's ratio is the median over rounds of acode's
-µs per step over the bare loop's in the same round.
+that the machine's drift hits both alike. A side's µs per step in a round is that of its
+median turn; a kind's ratio is the median over rounds of acode's over the bare loop's.
 
 ``python -m bench.step_kinds [--quick]`` prints this section alone (the whole report is
 ``python -m bench``; ``python -m bench --only step-kinds`` measures this section alone
@@ -186,17 +186,20 @@ def run_step_kinds(
         for index, kind in enumerate(kinds):
             directory = Path(tempfile.mkdtemp(prefix=f"kind-{kind.key}-", dir=scratch))
             sides = _Sides(kind, directory)
-            total = {"acode": 0.0, "bare": 0.0}
+            timed: dict[str, list[float]] = {"acode": [], "bare": []}
             try:
                 for turn in range(turns):
                     order = ("acode", "bare") if (turn + round_ + index) % 2 else ("bare", "acode")
                     for side in order:
-                        total[side] += sides.steps(side, kind.turn)
+                        timed[side].append(sides.steps(side, kind.turn))
             finally:
                 sides.close()
                 shutil.rmtree(directory, ignore_errors=True)
-            for side, value in total.items():
-                results.per_step_us.setdefault((kind.key, side), []).append(value / turns)
+            # The median turn: a stall of the machine in one turn does not make the round.
+            for side, values in timed.items():
+                results.per_step_us.setdefault((kind.key, side), []).append(
+                    statistics.median(values)
+                )
     results.fsync_us = (before, fsync_latency_us(scratch))
     return results
 

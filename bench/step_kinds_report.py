@@ -45,8 +45,9 @@ def render_step_kinds(results: StepKinds, kinds: Sequence[Kind] = KINDS) -> str:
         "repository of 200 files), and the two sides take turns: 8 turns a round each "
         "(4 with `--quick`), the order alternating, each turn a few steps (25 of the file "
         "kinds, 3 of a run with paths, 2 of the git kinds). "
-        f"Medians of {results.rounds} rounds; x bare is the median of the rounds' "
-        "ratios. The disk's fsync of a 200-byte append took "
+        "A side's µs per step in a round are its median turn's (a stall of the machine "
+        f"in one turn does not make the round); medians of {results.rounds} rounds; x "
+        "bare is the median of the rounds' ratios. The disk's fsync of a 200-byte append took "
         f"{_us(results.fsync_us[0])} µs before the rounds and {_us(results.fsync_us[1])} "
         "µs after (medians of 200): where it is slow, or the machine busy, the system "
         "calls both sides share weigh more and the ratios come closer to 1.",

@@ -9,8 +9,9 @@ a step kind fsyncs"):
   read (a blob) and the file's stat: one ``synchronous=FULL`` commit.
 - write and edit: the pre-image and the intended post-image are durable before the file
   changes (a FULL commit), so that a crash at any instant can be rolled back or
-  recognised as done; the file is replaced atomically and durably (temporary file,
-  fsync, rename, directory fsync); the completion is a second FULL commit.
+  recognised as done; the file is replaced atomically and durably (temporary file
+  staged outside the workspace, fsync, rename, directory fsync); the completion is a
+  second FULL commit.
 - run with ``paths``: the declared files' contents are durable before the command runs
   (a FULL commit), the command runs in a new process group with its output captured,
   that group noted by the command's shell before the command starts (so that a resume
@@ -58,9 +59,14 @@ class BareKinds:
         self._dir_fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._notes = database.parent / "children"
         self._notes.mkdir(exist_ok=True)
+        # The temporary file of a write is staged outside the workspace (same file
+        # system), so that a kill before the rename leaves no debris in the user's tree.
+        (database.parent / "tmp").mkdir(exist_ok=True)
+        self._temp_fd = os.open(database.parent / "tmp", os.O_RDONLY | os.O_DIRECTORY)
 
     def close(self) -> None:
         os.close(self._dir_fd)
+        os.close(self._temp_fd)
         self._conn.close()
 
     def _record(self, payload: dict[str, Any], blobs: tuple[tuple[str, bytes], ...] = ()) -> None:
@@ -79,12 +85,12 @@ class BareKinds:
 
     def _replace(self, name: str, data: bytes) -> None:
         temp = f".bare-tmp-{name}"
-        fd = os.open(temp, _TEMP_FLAGS, 0o644, dir_fd=self._dir_fd)
+        fd = os.open(temp, _TEMP_FLAGS, 0o644, dir_fd=self._temp_fd)
         with open(fd, "wb", closefd=True) as handle:
             handle.write(data)
             handle.flush()
             os.fsync(fd)
-        os.rename(temp, name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
+        os.rename(temp, name, src_dir_fd=self._temp_fd, dst_dir_fd=self._dir_fd)
         os.fsync(self._dir_fd)
 
     # -- the kinds --------------------------------------------------------------------

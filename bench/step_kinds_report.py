@@ -16,8 +16,8 @@ KIND_TARGET = 1.5
 # What the bare loop of each kind does (bench.bare_kinds), as the table says it.
 _BARE = {
     "read": "open, fstat, read, SHA-256; 1 FULL commit (content blob, file row)",
-    "write": "read the pre-image; FULL commit (pre, post); temp file, fsync, rename, "
-    "directory fsync; stat; FULL commit",
+    "write": "read the pre-image; FULL commit (pre, post); temp file outside the workspace, "
+    "fsync, rename, directory fsync; stat; FULL commit",
     "edit": "as write, the post-image made by replacing the text once",
     "run-paths": "read the declared file; FULL commit (its snapshot); `sh -c` in a new "
     "session noting its group, output captured (no time-out); the file hashed again; "

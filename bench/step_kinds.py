@@ -7,7 +7,8 @@ In a round, each kind gets a fresh acode workspace and a fresh bare one, built a
 (the same files; a small git repository for the kinds that need one), and the two take
 turns, a few steps each at a time, the order reversing every turn and every round, so
 that the machine's drift hits both alike. A side's µs per step in a round is that of its
-median turn; a kind's ratio is the median over rounds of acode's over the bare loop's.
+median turn; a round's ratio is the median of its turns' ratios, each acode turn over the
+bare turn beside it; a kind's ratio is the median of its rounds'.
 
 ``python -m bench.step_kinds [--quick]`` prints this section alone (the whole report is
 ``python -m bench``; ``python -m bench --only step-kinds`` measures this section alone
@@ -63,12 +64,14 @@ class StepKinds:
     steps: dict[str, int] = field(default_factory=dict)  # kind -> steps timed a round, a side
     # (kind, "acode" | "bare") -> µs per step, one value per round
     per_step_us: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    # kind -> one ratio a round: the median over its turns of acode's turn over the bare
+    # turn beside it, so that a stall of the machine weighs on one pair, not on a round
+    round_ratios: dict[str, list[float]] = field(default_factory=dict)
     # the disk's fsync of a 200-byte append before and after, for what the rounds saw
     fsync_us: tuple[float, float] = (0.0, 0.0)
 
     def ratios(self, kind: str) -> list[float]:
-        acode, bare = self.per_step_us[(kind, "acode")], self.per_step_us[(kind, "bare")]
-        return [mine / theirs for mine, theirs in zip(acode, bare, strict=True)]
+        return self.round_ratios[kind]
 
     def ratio(self, kind: str) -> float:
         return statistics.median(self.ratios(kind))
@@ -195,11 +198,14 @@ def run_step_kinds(
             finally:
                 sides.close()
                 shutil.rmtree(directory, ignore_errors=True)
-            # The median turn: a stall of the machine in one turn does not make the round.
             for side, values in timed.items():
                 results.per_step_us.setdefault((kind.key, side), []).append(
                     statistics.median(values)
                 )
+            pairs = zip(timed["acode"], timed["bare"], strict=True)
+            results.round_ratios.setdefault(kind.key, []).append(
+                statistics.median(mine / theirs for mine, theirs in pairs)
+            )
     results.fsync_us = (before, fsync_latency_us(scratch))
     return results
 

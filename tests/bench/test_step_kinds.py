@@ -80,6 +80,8 @@ def test_every_kind_is_timed_in_every_round(tmp_path: Path) -> None:
             values = results.per_step_us[(kind.key, side)]
             assert len(values) == 2
             assert all(v > 0 for v in values)
+        assert len(results.ratios(kind.key)) == 2
+        assert all(r > 0 for r in results.ratios(kind.key))
     assert all(us > 0 for us in results.fsync_us)
     assert list(tmp_path.iterdir()) == []  # every workspace removed
     assert sum("round" in line for line in lines) == 2
@@ -92,7 +94,7 @@ def test_ratios_pair_the_sides_round_by_round() -> None:
     results = StepKinds(rounds=3, steps={"read": 10})
     results.per_step_us[("read", "acode")] = [300.0, 200.0, 150.0]
     results.per_step_us[("read", "bare")] = [100.0, 200.0, 100.0]
-    assert results.ratios("read") == [3.0, 1.0, 1.5]
+    results.round_ratios["read"] = [3.0, 1.0, 1.5]
     assert results.ratio("read") == 1.5
     read = [k for k in KINDS if k.key == "read"]
     assert "| 1.50 | 3.00, 1.00, 1.50 |" in render_step_kinds(results, read)

@@ -217,8 +217,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="3 rounds of half the turns")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 5; 3 quick)")
-    parser.add_argument("--kind", action="append", choices=[k.key for k in KINDS])
+    parser.add_argument(
+        "--kind",
+        action="append",
+        choices=[k.key for k in KINDS],
+        help="measure this kind only (again for more than one)",
+    )
     args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 3:
+        parser.error("--rounds must be at least 3: a median needs several rounds")
     os.environ.setdefault("ACODE_CHECKPOINT_SECRET", "acode-bench-not-a-secret")
     from bench.machine import bench_root
     from bench.step_kinds_report import render_step_kinds

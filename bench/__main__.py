@@ -84,6 +84,30 @@ def _big_repo_section(quick: bool, full: bool, root: Path) -> str:
     return render_big_repo(runs)
 
 
+def _step_kinds_section(quick: bool, root: Path) -> str:
+    """Every step kind against the same system calls written by hand."""
+    from bench.step_kinds import run_step_kinds
+    from bench.step_kinds_report import render_step_kinds
+
+    scratch = Path(tempfile.mkdtemp(prefix="acode-bench-kinds-", dir=root))
+    try:
+        results = run_step_kinds(3 if quick else 5, scratch, _progress, quick=quick)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return render_step_kinds(results)
+
+
+def _splice(report: str, section: str) -> str:
+    """``report`` with its section of the same heading as ``section`` replaced by it
+    (appended when there is none): one section measured again, the rest kept."""
+    heading = section.split("\n", 1)[0]
+    start = report.find(f"\n{heading}\n")
+    if start < 0:
+        return report.rstrip("\n") + "\n\n" + section
+    end = report.find("\n## ", start + 1)
+    return report[: start + 1] + section + ("" if end < 0 else report[end:])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -105,6 +129,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=REPO / "docs" / "benchmarks.md",
         help="where to write the report (default docs/benchmarks.md)",
     )
+    parser.add_argument(
+        "--only",
+        choices=["step-kinds"],
+        help="measure this section alone and put it into the report in place of its own",
+    )
     args = parser.parse_args(argv)
     if args.runs is not None and args.runs < 3:
         parser.error("--runs must be at least 3: a median needs several rounds")
@@ -112,6 +141,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ["ACODE_CHECKPOINT_SECRET"] = "acode-bench-not-a-secret"
 
     from bench.machine import bench_root, describe, fsync_latency_us
+
+    if args.only:
+        root = bench_root(REPO)
+        commit = describe(REPO, root).commit
+        section = _step_kinds_section(args.quick, root)
+        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        section += (
+            f"\nMeasured alone, by `python -m bench --only {args.only}"
+            f"{' --quick' if args.quick else ''}` on {when} at `{commit}`: not in the run "
+            "the header describes.\n"
+        )
+        old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(_splice(old, section), encoding="utf-8")
+        print(section)
+        print(f"Written into {args.out}", file=sys.stderr)
+        return 0
     from bench.report import Run, render
     from bench.side_by_side import run_side_by_side
     from bench.side_by_side_report import render_side_by_side
@@ -136,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sync = sync_section(root, _progress)
     nfr = _nfr_sections(args.quick, root)
     big = _big_repo_section(args.quick, args.full, root)
+    kinds = _step_kinds_section(args.quick, root)
     minutes = (time.monotonic() - started) / 60
     machine = replace(machine, fsync_after_us=fsync_latency_us(root))
     command = " ".join(["python -m bench", *(argv if argv is not None else sys.argv[1:])])
@@ -146,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine=machine,
         settings=settings,
     )
-    text = render(run, results, extra=[render_side_by_side(peers), sync, *nfr, big])
+    text = render(run, results, extra=[render_side_by_side(peers), sync, *nfr, big, kinds])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)

@@ -82,7 +82,8 @@ class Beneath:
     until :meth:`close`, so that many paths in one batch cost one open per directory."""
 
     def __init__(self, workspace: Path | str) -> None:
-        self.workspace = Path(workspace)
+        # A step's workspace is a Path already: parsing it again costs more than the open.
+        self.workspace = workspace if isinstance(workspace, Path) else Path(workspace)
         self._dirs: dict[tuple[str, ...], int] = {(): os.open(workspace, _ROOT_FLAGS)}
         self._roots: tuple[str, ...] | None = None
 
@@ -383,15 +384,20 @@ class Beneath:
         target = self.resolve(relative)
         return target.info or self.lstat(target)
 
-    def write(self, relative: str, data: bytes, *, staging: Sequence[str] | None = None) -> None:
-        """Replace the file ``relative`` names with ``data``, atomically (:func:`write_at`).
-        ``staging``: acode's own directory (workspace-relative parts, created when
-        missing) where the temporary file is written, so that a kill before the rename
-        leaves it there rather than in the user's tree."""
+    def write(
+        self, relative: str, data: bytes, *, staging: Sequence[str] | None = None
+    ) -> os.stat_result:
+        """Replace the file ``relative`` names with ``data``, atomically (:func:`write_at`);
+        return the new file's lstat, taken by its name in the directory it was renamed
+        into (no path is resolved again). ``staging``: acode's own directory
+        (workspace-relative parts, created when missing) where the temporary file is
+        written, so that a kill before the rename leaves it there rather than in the
+        user's tree."""
         target = self.resolve(relative, create=True)
         assert target.dir_fd is not None  # create=True made every directory on the way
         temp_fd = None if staging is None else self.directory(staging, create=True)
         write_at(target.dir_fd, target.name, data, temp_fd=temp_fd)
+        return os.stat(target.name, dir_fd=target.dir_fd, follow_symlinks=False)
 
     def unlink(self, relative: str) -> None:
         """Remove the file ``relative`` names; nothing when there is none."""

@@ -41,13 +41,14 @@ class NotedCommand:
         directory = _children_dir(paths, session_id)
         # Each made private, not only the last: mkdir(parents=True) makes the others 0777
         # less the umask, and the session's folder holds its progress file.
-        for folder in (paths.sessions_dir, directory.parent, directory):
-            folder.mkdir(exist_ok=True, mode=0o700)
+        if not directory.is_dir():  # made by the session's first command
+            for folder in (paths.sessions_dir, directory.parent, directory):
+                folder.mkdir(exist_ok=True, mode=0o700)
         self._note = directory / f"{name}.pgid"
-        # `exec` keeps the shell's pid, which is the group's id (a new session).
-        self.command = (
-            f"echo $$ > {shlex.quote(str(self._note))} && exec /bin/sh -c {shlex.quote(command)}"
-        )
+        # The command runs in the shell that wrote the note, whose pid is the group's id
+        # (a new session): `eval` of the command as one quoted word is what
+        # `exec /bin/sh -c` of it was, without starting a second shell each step.
+        self.command = f"echo $$ > {shlex.quote(str(self._note))} && eval {shlex.quote(command)}"
 
     def __enter__(self) -> NotedCommand:
         return self

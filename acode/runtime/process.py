@@ -9,7 +9,9 @@ left that could still change the workspace behind the log's back.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -17,7 +19,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import TypeVar
 
 from acode.errors import StepFailedError, StorageError
 from acode.security.child_env import child_environment
@@ -83,28 +85,20 @@ def _field(data: Mapping[str, object], key: str, kind: type[_T]) -> _T:
     return value
 
 
-class _TailReader:
-    """Drains one pipe on a thread, keeping only the last ``limit`` bytes."""
+class _Tail:
+    """The last ``limit`` bytes of one pipe's output."""
 
-    def __init__(self, stream: IO[bytes], limit: int) -> None:
-        self._stream = stream
+    def __init__(self, limit: int) -> None:
         self._limit = limit
         self._buffer = bytearray()
         self.truncated = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
 
-    def _run(self) -> None:
-        with self._stream:
-            while chunk := os.read(self._stream.fileno(), _READ_SIZE):
-                self._buffer += chunk
-                excess = len(self._buffer) - self._limit
-                if excess > 0:
-                    del self._buffer[:excess]
-                    self.truncated = True
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
+    def feed(self, chunk: bytes) -> None:
+        self._buffer += chunk
+        excess = len(self._buffer) - self._limit
+        if excess > 0:
+            del self._buffer[:excess]
+            self.truncated = True
 
     def text(self) -> str:
         data = bytes(self._buffer)
@@ -112,6 +106,97 @@ class _TailReader:
             # The cut may split a UTF-8 sequence: drop its orphaned continuation bytes.
             data = data[_orphan_prefix_length(data) :]
         return data.decode("utf-8", errors="replace")
+
+
+class _Output:
+    """A command's stdout and stderr, read by the thread that waits for its exit: one
+    poll on both pipes and on the process's pidfd (Linux 5.3), which becomes readable the
+    instant it exits. A reader thread a pipe and Popen.wait with a time-out (which polls,
+    sleeping up to 50 ms at a time) cost a 1 ms command about as much again."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], limit: int) -> None:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        self._proc = proc
+        self._pipes = (proc.stdout, proc.stderr)
+        self.out, self.err = _Tail(limit), _Tail(limit)
+        self._tails = {proc.stdout.fileno(): self.out, proc.stderr.fileno(): self.err}
+        self._poller = select.poll()
+        for fd in self._tails:
+            self._poller.register(fd, select.POLLIN)
+        self._open = set(self._tails)
+        self._pidfd = _pidfd(proc.pid)
+        if self._pidfd is not None:
+            self._poller.register(self._pidfd, select.POLLIN)
+
+    @property
+    def truncated(self) -> bool:
+        return self.out.truncated or self.err.truncated
+
+    def wait(self, timeout: float | None) -> bool:
+        """Read the output until the process exits (and reap it); True when ``timeout``
+        seconds passed first. A signal handler that raises (a pause) ends the wait."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._pidfd is not None or self._proc.poll() is None:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return True
+            if self._pidfd is None and not self._open:
+                try:  # no pidfd, no pipe left to wake us: as before pidfds were
+                    self._proc.wait(timeout=remaining)
+                except subprocess.TimeoutExpired:
+                    return True
+                break
+            if self._pidfd is not None:
+                wait_ms = None if remaining is None else math.ceil(remaining * 1000)
+            else:  # the pipes wake us for output, not for the exit: look now and then
+                wait_ms = math.ceil(min(remaining or _POLL_SECONDS, _POLL_SECONDS) * 1000)
+            if self._ready(wait_ms):
+                break
+        self._proc.wait()
+        return False
+
+    def drain(self, seconds: float) -> None:
+        """Read what is left, until both pipes reach their end or ``seconds`` pass (a
+        process outside the group may hold one open); then close them."""
+        deadline = time.monotonic() + seconds
+        while self._open:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._ready(math.ceil(remaining * 1000))
+        self.close()
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        for pipe in self._pipes:
+            pipe.close()
+
+    def _ready(self, wait_ms: int | None) -> bool:
+        """Read the pipes that have something; True when the process has exited (its
+        pidfd then leaves the poll: it would stay readable)."""
+        exited = False
+        for fd, _ in self._poller.poll(wait_ms):
+            if fd == self._pidfd:
+                self._poller.unregister(fd)
+                exited = True
+            elif fd in self._open:
+                chunk = os.read(fd, _READ_SIZE)
+                if chunk:
+                    self._tails[fd].feed(chunk)
+                else:
+                    self._poller.unregister(fd)
+                    self._open.discard(fd)
+        return exited
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux, an old kernel, or a seccomp filter
+        return None
 
 
 def _orphan_prefix_length(data: bytes) -> int:
@@ -140,17 +225,19 @@ def run_command(
     """
     started = time.monotonic()
     spawner = _Spawner(command, cwd, env)
+    output: _Output | None = None
     # Everything from the spawn on is inside the try: an interrupt at any instant finds the
     # child through the spawner, even before `proc` is assigned.
     try:
         spawner.start()
         proc = spawner.result()
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        out = _TailReader(proc.stdout, max_output)
-        err = _TailReader(proc.stderr, max_output)
-        timed_out = _wait(proc, timeout)
+        output = _Output(proc, max_output)
+        timed_out = output.wait(timeout)
+        if timed_out:
+            terminate_group(proc, _GRACE_SECONDS)
     except BaseException:
+        if output is not None:
+            output.close()
         child = spawner.settle()
         if child is not None:
             terminate_group(child, _GRACE_SECONDS)
@@ -159,15 +246,14 @@ def run_command(
         # Background jobs still in the group would hold our pipes open and go on changing
         # the workspace after the step was recorded as done.
         _terminate_leftovers(proc)
-    out.join(_DRAIN_SECONDS)
-    err.join(_DRAIN_SECONDS)
+    output.drain(_DRAIN_SECONDS)
     return CommandResult(
         exit_code=TIMEOUT_EXIT_CODE if timed_out else _exit_code(proc),
-        stdout=out.text(),
-        stderr=err.text(),
+        stdout=output.out.text(),
+        stderr=output.err.text(),
         duration_ms=int((time.monotonic() - started) * 1000),
         timed_out=timed_out,
-        truncated=out.truncated or err.truncated,
+        truncated=output.truncated,
     )
 
 
@@ -231,16 +317,6 @@ class _Spawner:
             return None
         outcome = self._outcome[0]
         return outcome if isinstance(outcome, subprocess.Popen) else None
-
-
-def _wait(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
-    """Wait for the command; True when it timed out (its group is then terminated)."""
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        terminate_group(proc, _GRACE_SECONDS)
-        return True
-    return False
 
 
 def _terminate_leftovers(proc: subprocess.Popen[bytes]) -> None:

@@ -446,7 +446,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def run(command: str, **kwargs: Any) -> CommandResult:
         # acode runs a step's command behind a prologue that notes its process group
         # (acode.runtime.orphans): count the step's own command.
-        calls.append(shlex.split(command)[-1] if "exec /bin/sh -c" in command else command)
+        calls.append(shlex.split(command)[-1] if " && eval " in command else command)
         return real(command, **kwargs)
 
     monkeypatch.setattr(run_step, "run_command", run)

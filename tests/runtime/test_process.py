@@ -133,8 +133,10 @@ def test_background_jobs_do_not_outlive_the_command(tmp_path: Path) -> None:
     assert not _alive(_wait_for_pid_file(pid_file))
 
 
+# None: Popen.wait; a time-out: the wait on the child's pidfd.
+@pytest.mark.parametrize("timeout", [None, 60.0])
 def test_keyboard_interrupt_kills_group_and_propagates(
-    tmp_path: Path, sigint_raises_keyboard_interrupt: None
+    tmp_path: Path, sigint_raises_keyboard_interrupt: None, timeout: float | None
 ) -> None:
     pid_file = tmp_path / "bg.pid"
     main_id = threading.main_thread().ident
@@ -148,10 +150,29 @@ def test_keyboard_interrupt_kills_group_and_propagates(
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_command(f"sleep 30 & echo $! > {pid_file}; sleep 30", cwd=tmp_path, timeout=None)
+            run_command(f"sleep 30 & echo $! > {pid_file}; sleep 30", cwd=tmp_path, timeout=timeout)
     finally:
         timer.join()
     assert not _alive(_wait_for_pid_file(pid_file))
+
+
+def test_without_pidfds_commands_are_waited_for_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on a system without pidfd_open (not Linux, or a kernel before 5.3).
+    monkeypatch.delattr(os, "pidfd_open")
+    assert run_command("exit 3", cwd=tmp_path, timeout=10).exit_code == 3
+    result = run_command("sleep 30", cwd=tmp_path, timeout=0.3)
+    assert result.timed_out
+    assert result.exit_code == 124
+
+
+def test_a_command_exiting_as_its_wait_begins_is_not_missed(tmp_path: Path) -> None:
+    # Whether the command is already gone (a zombie) when its pidfd is opened, or exits
+    # while it is polled, the exit is seen and its status kept.
+    for _ in range(20):
+        assert run_command("exit 7", cwd=tmp_path, timeout=10).exit_code == 7
+        assert run_command("sleep 0.01; exit 5", cwd=tmp_path, timeout=10).exit_code == 5
 
 
 def test_terminate_group_kills_what_ignores_sigterm(tmp_path: Path) -> None:

@@ -416,6 +416,28 @@ def test_commit_outside_git_fails_clearly(workspace: Path) -> None:
     s.close()
 
 
+def test_commit_where_git_cannot_run_fails_clearly(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _git(workspace, "init", "-q")
+    s = acode.open_session("t", workspace=workspace)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))  # git is asked for first
+    with pytest.raises(StepFailedError, match="not a git work tree"):
+        s.commit("c", "msg")
+    s.close()
+
+
+def test_a_failing_commit_in_a_work_tree_says_what_git_said(workspace: Path) -> None:
+    _git(workspace, "init", "-q")
+    hook = workspace / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho refused by the hook >&2\nexit 1\n")
+    hook.chmod(0o755)
+    s = acode.open_session("t", workspace=workspace)
+    with pytest.raises(StepFailedError, match="refused by the hook"):
+        s.commit("c", "msg")
+    s.close()
+
+
 # -- approvals ---------------------------------------------------------------------
 
 

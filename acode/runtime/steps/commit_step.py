@@ -8,6 +8,7 @@ commit step never commits twice and needs no start record.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acode.domain.idempotency import step_prefix
@@ -44,11 +45,19 @@ class CommitStep:
 
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
         ws = env.ctx.workspace
-        if not is_work_tree(ws):
-            raise StepFailedError(
-                f"cannot commit: {ws} is not a git work tree",
-                hint="run `git init` in the workspace, or remove the commit step",
-            )
+        try:
+            return self._commit(env, ws)
+        except StepFailedError:
+            # Asked only when git failed: a commit step costs a git process less. Outside
+            # a work tree, the search finds nothing and the next git call fails first.
+            if not is_work_tree(ws):
+                raise StepFailedError(
+                    f"cannot commit: {ws} is not a git work tree",
+                    hint="run `git init` in the workspace, or remove the commit step",
+                ) from None
+            raise
+
+    def _commit(self, env: StepEnv, ws: Path) -> Outcome:
         prefix = step_prefix(env.ctx.session_id, env.ctx.step_id)
         existing = find_commit_with_trailer(ws, TRAILER, prefix)
         if existing is not None:

@@ -70,9 +70,10 @@ def _row(path: str, sha: str, info: os.stat_result) -> FileRow:
     return FileRow(path, sha, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
 
 
-def write_file(env: StepEnv, tree: Beneath, path: str, data: bytes) -> None:
-    """An atomic write whose temporary file stays in acode's state, never the workspace."""
-    tree.write(path, data, staging=StatePaths.temp_parts(env.ctx.session_id))
+def write_file(env: StepEnv, tree: Beneath, path: str, data: bytes) -> os.stat_result:
+    """An atomic write whose temporary file stays in acode's state, never the workspace;
+    the written file's stat."""
+    return tree.write(path, data, staging=StatePaths.temp_parts(env.ctx.session_id))
 
 
 def restore_image(env: StepEnv, tree: Beneath, path: str, sha: str | None) -> None:
@@ -140,8 +141,7 @@ class _Replace:
     def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
         post_sha, data = prepared.blobs[0]
         with Beneath(env.ctx.workspace) as tree:
-            write_file(env, tree, self.path, data)
-            observed = observe(tree, self.path, post_sha)
+            observed = _row(self.path, post_sha, write_file(env, tree, self.path, data))
         return Outcome(
             {
                 "path": self.path,

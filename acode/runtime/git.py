@@ -52,25 +52,26 @@ def find_commit_with_trailer(workspace: Path, key: str, value_prefix: str) -> st
     starts with ``value_prefix``; None when there is none, HEAD has no commits yet, or
     ``workspace`` is not in a git repository."""
     _check_trailer(key, value_prefix)
-    if run_git(workspace, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]).returncode != 0:
-        return None
     # --grep narrows the scan cheaply; the trailer block is then checked exactly below,
     # because the grep also matches the string anywhere in a message.
-    out = git_ok(
-        workspace,
-        [
-            "log",
-            # A user's log.showSignature or color.ui=always would mix text into the format.
-            "--no-show-signature",
-            "--no-color",
-            "--fixed-strings",
-            f"--grep={key}: {value_prefix}",
-            "--format=%H%x00%B%x00",
-            "HEAD",
-            "--",
-        ],
-    )
-    fields = out.split("\0")
+    args = [
+        "log",
+        # A user's log.showSignature or color.ui=always would mix text into the format.
+        "--no-show-signature",
+        "--no-color",
+        "--fixed-strings",
+        f"--grep={key}: {value_prefix}",
+        "--format=%H%x00%B%x00",
+        "HEAD",
+        "--",
+    ]
+    result = run_git(workspace, args)
+    if result.returncode != 0:
+        # Asked only when the log failed: a commit step costs a git process less.
+        if run_git(workspace, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]).returncode:
+            return None
+        git_ok(workspace, args)  # raises with what git says
+    fields = result.stdout.split("\0")
     for sha, message in zip(fields[0::2], fields[1::2], strict=False):
         if _has_trailer(message, key, value_prefix):
             return sha.strip()
@@ -166,13 +167,18 @@ def _identity_env(workspace: Path) -> dict[str, str]:
     """What acode's commit adds to the environment: a fallback identity where neither the
     repository nor the environment gives one (instead of writing to any git configuration)."""
     env: dict[str, str] = {}
+    listed = run_git(workspace, ["config", "--get-regexp", r"^user\.(name|email)$"]).stdout
+    configured = {
+        key.removeprefix("user.")
+        for key, _, value in (line.partition(" ") for line in listed.splitlines())
+        if value.strip()
+    }
     for field, role_var, fallback in (
         ("name", "NAME", FALLBACK_NAME),
         ("email", "EMAIL", FALLBACK_EMAIL),
     ):
-        configured = run_git(workspace, ["config", "--get", f"user.{field}"]).stdout.strip()
         # git itself falls back to $EMAIL before guessing: keep that choice of the user's.
-        if configured or (field == "email" and os.environ.get("EMAIL")):
+        if field in configured or (field == "email" and os.environ.get("EMAIL")):
             continue
         for role in ("AUTHOR", "COMMITTER"):
             if f"GIT_{role}_{role_var}" not in os.environ:

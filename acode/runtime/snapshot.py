@@ -25,7 +25,14 @@ from acode.runtime.atomic import write_at
 from acode.runtime.beneath import Beneath
 from acode.runtime.git import FALLBACK_EMAIL, FALLBACK_NAME, is_work_tree
 from acode.runtime.git_command import git_bytes, git_ok, run_git, run_git_bytes
-from acode.runtime.snapshot_index import MODE_EXEC, MODE_LINK, is_state, locate, worktree_tree
+from acode.runtime.snapshot_index import (
+    MODE_EXEC,
+    MODE_LINK,
+    find_repository,
+    is_state,
+    locate,
+    worktree_tree,
+)
 
 __all__ = [
     "BACKUP_SUFFIX",
@@ -39,6 +46,7 @@ __all__ = [
     "prune_snapshots",
     "read_blob",
     "snapshot_changes",
+    "snapshot_if_work_tree",
     "snapshot_ref",
     "snapshot_worktree",
     "write_back",
@@ -94,6 +102,15 @@ def current_worktree(workspace: Path) -> Worktree:
     """The tree a snapshot taken now would hold, without keeping one."""
     repo = locate(workspace)
     return Worktree(worktree_tree(workspace, repo), repo.head)
+
+
+def snapshot_if_work_tree(workspace: Path, ref: str) -> str | None:
+    """:func:`snapshot_worktree`, or None when the workspace is not in a git work tree."""
+    _check_ref(ref)
+    repo = find_repository(workspace)
+    if repo is None:
+        return None
+    return _keep(workspace, ref, Worktree(worktree_tree(workspace, repo), repo.head))
 
 
 def snapshot_worktree(workspace: Path, ref: str) -> str:

@@ -53,7 +53,16 @@ from acode.runtime.git_command import (
     run_git_bytes,
 )
 
-__all__ = ["MODE_EXEC", "MODE_FILE", "MODE_LINK", "Repository", "is_state", "worktree_tree"]
+__all__ = [
+    "MODE_EXEC",
+    "MODE_FILE",
+    "MODE_LINK",
+    "Repository",
+    "find_repository",
+    "is_state",
+    "locate",
+    "worktree_tree",
+]
 
 MODE_FILE = "100644"
 MODE_EXEC = "100755"
@@ -98,27 +107,47 @@ class Repository(NamedTuple):
     object_format: str  # "sha1" or "sha256": the checksum that ends an index file
 
 
+_LOCATE = (
+    "rev-parse",
+    "--show-toplevel",
+    "--show-prefix",
+    "--show-object-format",
+    "--git-path",
+    "index",
+    "--git-path",
+    _CACHE_NAME,
+    "--verify",
+    "--quiet",
+    "HEAD^{commit}",
+)
+
+
 def locate(workspace: Path) -> Repository:
-    args = [
-        "rev-parse",
-        "--show-toplevel",
-        "--show-prefix",
-        "--show-object-format",
-        "--git-path",
-        "index",
-        "--git-path",
-        _CACHE_NAME,
-        "--verify",
-        "--quiet",
-        "HEAD^{commit}",
-    ]
-    result = run_git_bytes(workspace, args)
-    lines = result.stdout.split(b"\n")
+    """Where the workspace sits in its repository; a failure is raised with git's words."""
+    result = run_git_bytes(workspace, _LOCATE)
+    repo = _located(workspace, result.returncode, result.stdout)
+    if repo is None:
+        raise_git_failed(workspace, _LOCATE, result)
+    return repo
+
+
+def find_repository(workspace: Path) -> Repository | None:
+    """:func:`locate`, or None when the workspace is not in a git work tree (or git
+    cannot be run there)."""
+    try:
+        result = run_git_bytes(workspace, _LOCATE)
+    except StepFailedError:
+        return None
+    return _located(workspace, result.returncode, result.stdout)
+
+
+def _located(workspace: Path, returncode: int, out: bytes) -> Repository | None:
+    lines = out.split(b"\n")
     # Exit 1 with the paths printed is an unborn HEAD; anything else is a real failure.
-    if result.returncode not in (0, 1) or len(lines) < 6:
-        raise_git_failed(workspace, args, result)
+    if returncode not in (0, 1) or len(lines) < 6:
+        return None
     top, prefix, object_format, index, cache = (os.fsdecode(line) for line in lines[:5])
-    head = lines[5].decode().strip() if result.returncode == 0 else None
+    head = lines[5].decode().strip() if returncode == 0 else None
     return Repository(Path(top), prefix, head, workspace / index, workspace / cache, object_format)
 
 

@@ -18,11 +18,10 @@ from acode.domain.kinds import StepKind
 from acode.errors import StepFailedError
 from acode.runtime.beneath import Beneath
 from acode.runtime.files import expand_globs, sha256_bytes
-from acode.runtime.git import is_work_tree
 from acode.runtime.orphans import SESSION_ENV, NotedCommand
 from acode.runtime.process import CommandResult, run_command
 from acode.runtime.rollback import AsLeft, describe, roll_back
-from acode.runtime.snapshot import BACKUP_SUFFIX, snapshot_ref, snapshot_worktree
+from acode.runtime.snapshot import BACKUP_SUFFIX, snapshot_if_work_tree, snapshot_ref
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 from acode.runtime.steps.file_steps import observe, read_file, restore_image
 from acode.runtime.workspace import StatePaths
@@ -56,9 +55,11 @@ class RunStep:
 
     def prepare(self, env: StepEnv) -> Prepared:
         ctx = env.ctx
-        if not self.paths and is_work_tree(ctx.workspace):
+        ghost = None
+        if not self.paths:
             ref = snapshot_ref(ctx.session_id, ctx.step_id, ctx.attempt)
-            ghost = snapshot_worktree(ctx.workspace, ref)
+            ghost = snapshot_if_work_tree(ctx.workspace, ref)
+        if ghost is not None:
             return Prepared({"command": self.command, "snapshot": {}, "ghost": ghost})
         snapshot: dict[str, str | None] = {}
         blobs: list[tuple[str, bytes]] = []

@@ -14,17 +14,20 @@ from bench.side_by_side import SideBySide, SideBySideSettings
 
 __all__ = ["render_side_by_side"]
 
-STEP_VS_BARE = 1.5  # acode per step within 1.5x the bare synchronous=FULL insert
+# Issue 19's targets; the looser ones met before (1.5x, 2x, 10x) are not goals any more.
+STEP_VS_BARE = 1.25  # acode per step within 1.25x the bare synchronous=FULL insert
 LESS_THAN_DBOS = 4.0  # at least 4x less overhead than DBOS on SQLite
 LESS_THAN_LANGGRAPH = 3.0  # at least 3x less than LangGraph's SqliteSaver, counter state
-BYTES_VS_BARE = 2.0
+BYTES_VS_BARE = 1.5
 FLAT_RECOVERY = 1.5  # the longest history recovers within 1.5x of the shortest
 FIRST_STEP_VS_BARE = 3.0
 # acode recovering as a caller who needs no result of the completed steps does.
 SKIP = "acode-skip"
 IMPORT_MS = 30.0
-DRY_RUN_VS_PYTHON = 10.0
+COMMANDS_VS_PYTHON = 3.0  # acode resume --dry-run and acode session list
+REPLAY_US = 5.0  # replaying a completed step, per step
 _DRY_RUN = "acode resume --dry-run"
+_LIST = "acode session list"
 _IMPORT = 'python -c "import acode"'
 
 
@@ -409,14 +412,26 @@ def _targets(result: SideBySide) -> list[_Target]:
             extra * 1e3 <= IMPORT_MS,
         )
     )
-    dry = cold.median(_DRY_RUN) / cold.median(BASELINE)
-    targets.append(
-        _Target(
-            f"`acode resume --dry-run` within {DRY_RUN_VS_PYTHON:g}x `python -c pass`",
-            f"{_x(dry)} ({_ms(cold.median(_DRY_RUN))} ms)",
-            dry <= DRY_RUN_VS_PYTHON,
+    for command in (_DRY_RUN, _LIST):
+        ratio = cold.median(command) / cold.median(BASELINE)
+        targets.append(
+            _Target(
+                f"`{command}` within {COMMANDS_VS_PYTHON:g}x `python -c pass`",
+                f"{_x(ratio)} ({_ms(cold.median(command))} ms)",
+                ratio <= COMMANDS_VS_PYTHON,
+            )
         )
-    )
+    for m in result.settings.recovery_sizes:
+        if rec.has(m, BASE):
+            replay = _replay_us(result, m)
+            targets.append(
+                _Target(
+                    f"replaying a completed step at most {REPLAY_US:g} µs, N = {m:,}",
+                    f"{_us(replay)} µs a step over {m // 2:,} completed steps, in the "
+                    "recovering process",
+                    replay <= REPLAY_US,
+                )
+            )
     return targets
 
 

@@ -9,15 +9,18 @@ costs seconds in a repository of 50,000 files; git's own index answers "what cha
 from stat data in milliseconds. So the tree is written from a private index (the cache,
 ``acode-snapshot-index`` in the git directory) that git keeps up to date like its own:
 
-- the cache is copied to a scratch file, git lists what differs from it (``diff-files``
-  and ``ls-files --others``, with the user's untracked cache and fsmonitor where
-  they enabled them), and only those paths are staged again;
+- the cache is copied to a scratch file, git lists what differs from it (``diff-files``)
+  and which untracked files there are (``ls-files --others`` on the user's index, with
+  the user's untracked cache and fsmonitor where they enabled them), and only those
+  paths are staged again; the cache is written split (``core.splitIndex``), so that a
+  snapshot rewrites the entries that changed, not all of them;
 - a staged file's bytes are hashed again unfiltered, and where git's filtered blob
   differs (a filter, ``text``, ``eol`` attributes, ``core.autocrlf``) the raw one
   replaces it: such an entry is left stat-dirty, so git compares it again next time;
-- which files belong is the user's index's answer: a tracked file counts even when
-  ignored, an untracked one only when not ignored (the ignored files of both indexes are
-  compared on every snapshot);
+- which files belong is the user's index's answer: the files it tracks (ignored or
+  not), and the untracked files git shows now (not ignored, not inside a repository of
+  their own). How the two indexes differ is recorded beside the cache with both
+  checksums, so that while the user's index stays as it is neither is listed whole;
 - with no cache, the user's index is the starting point: its stat data and blobs, minus
   the entries that could not be taken as they are (submodules, unmerged or
   assume-unchanged/skip-worktree entries, ``.agent/state``, files whose attributes
@@ -26,8 +29,8 @@ from stat data in milliseconds. So the tree is written from a private index (the
 git compares every stat field (``core.checkStat=default``, ``core.trustctime``) and the
 executable bit whatever the user's settings, so a file whose content changed behind
 restored times (``touch -r``) is hashed again. The cache is a cache: a missing, torn or
-stale one (its objects collected) costs one snapshot built from the start, never a
-wrong tree. The user's index, HEAD and refs are never written.
+stale one (its objects collected) costs one snapshot built from the user's index, never
+a wrong tree. The user's index, HEAD and refs are never written.
 """
 
 from __future__ import annotations
@@ -68,8 +71,6 @@ MODE_FILE = "100644"
 MODE_EXEC = "100755"
 MODE_LINK = "120000"
 _MODE_GITLINK = "160000"
-_NO_OBJECT = "0" * 40
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _CACHE_NAME = "acode-snapshot-index"
 _RECORD_HEADER = b"acode snapshot record 1"
 _HEX = re.compile(r"[0-9a-f]+")
@@ -105,6 +106,16 @@ class Repository(NamedTuple):
     user_index: Path  # the user's index
     cache: Path  # acode's snapshot index
     object_format: str  # "sha1" or "sha256": the checksum that ends an index file
+
+    @property
+    def empty_tree(self) -> str:
+        """The id of the tree with nothing in it, in this repository's object format."""
+        return hashlib.new(self.object_format, b"tree 0\0").hexdigest()
+
+    @property
+    def no_object(self) -> str:
+        """The all-zero object id (``update-index --index-info`` reads it as "remove")."""
+        return "0" * 2 * hashlib.new(self.object_format).digest_size
 
 
 _LOCATE = (
@@ -393,7 +404,7 @@ def _is_state_top(repo: Repository, path: str) -> bool:
 
 
 def _remove(repo: Repository, work: Path, paths: Iterable[str]) -> None:
-    lines = b"".join(f"0 {_NO_OBJECT}\t".encode() + os.fsencode(p) + b"\0" for p in paths)
+    lines = b"".join(f"0 {repo.no_object}\t".encode() + os.fsencode(p) + b"\0" for p in paths)
     _git(repo, work, ["update-index", "-z", "--index-info"], stdin=lines)
 
 
@@ -483,7 +494,7 @@ def _stage(
     removed = {p for p in changed - modes.keys() if held(os.fsencode(p))} | gone
     raw_entries = [(p, modes[p], raw[p]) for p in files if raw[p] != converted[p]]
     if removed or raw_entries:
-        lines = b"".join(f"0 {_NO_OBJECT}\t".encode() + os.fsencode(p) + b"\0" for p in removed)
+        lines = b"".join(f"0 {repo.no_object}\t".encode() + os.fsencode(p) + b"\0" for p in removed)
         lines += b"".join(
             f"{mode} {blob}\t".encode() + os.fsencode(p) + b"\0" for p, mode, blob in raw_entries
         )
@@ -569,15 +580,15 @@ def _write_tree(repo: Repository, work: Path) -> str:
         listed = _git(repo, work, ["ls-files", "-z", "--", repo.prefix])
         if listed:
             raise_git_failed(repo.top, ["write-tree"], result)
-        return EMPTY_TREE
+        return repo.empty_tree
     subtree = result.stdout.decode().strip()
     return _nest(repo, subtree, repo.prefix.rstrip("/").split("/"))
 
 
 def _nest(repo: Repository, tree: str, parts: Sequence[str]) -> str:
     """The tree that holds ``tree`` at ``parts``, and nothing else."""
-    if tree == EMPTY_TREE:
-        return EMPTY_TREE
+    if tree == repo.empty_tree:
+        return tree
     for name in reversed(parts):
         entry = f"040000 tree {tree}\t".encode() + os.fsencode(name) + b"\0"
         tree = git_bytes(repo.top, ["mktree", "-z"], stdin=entry).decode().strip()

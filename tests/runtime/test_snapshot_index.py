@@ -447,3 +447,8 @@ def test_a_sha256_repository(tmp_path: Path) -> None:
     _write(root / "b.txt", b"b\n")
     assert _tree(root, "s1") == oracle(root)
     assert _load_cache(locate(root), tmp_path / "index"), "the cache's checksum is sha256"
+    (root / "b.txt").unlink()  # a removal names its object id in the repository's format
+    assert _tree(root, "s2") == oracle(root)
+    empty = root / "empty"
+    empty.mkdir()
+    assert _tree(empty, "s3") == oracle(empty)  # the empty tree, in that format too

@@ -28,6 +28,7 @@ from acode.runtime.git_command import git_bytes, git_ok, run_git, run_git_bytes
 from acode.runtime.snapshot_index import (
     MODE_EXEC,
     MODE_LINK,
+    Repository,
     find_repository,
     is_state,
     locate,
@@ -100,7 +101,10 @@ class Worktree(NamedTuple):
 
 def current_worktree(workspace: Path) -> Worktree:
     """The tree a snapshot taken now would hold, without keeping one."""
-    repo = locate(workspace)
+    return _worktree(workspace, locate(workspace))
+
+
+def _worktree(workspace: Path, repo: Repository) -> Worktree:
     return Worktree(worktree_tree(workspace, repo), repo.head)
 
 
@@ -110,7 +114,7 @@ def snapshot_if_work_tree(workspace: Path, ref: str) -> str | None:
     repo = find_repository(workspace)
     if repo is None:
         return None
-    return _keep(workspace, ref, Worktree(worktree_tree(workspace, repo), repo.head))
+    return _keep(workspace, ref, _worktree(workspace, repo))
 
 
 def snapshot_worktree(workspace: Path, ref: str) -> str:

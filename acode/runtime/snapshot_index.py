@@ -108,6 +108,11 @@ class Repository(NamedTuple):
     object_format: str  # "sha1" or "sha256": the checksum that ends an index file
 
     @property
+    def digest_size(self) -> int:
+        """Bytes in an object id, and in the checksum that ends an index file."""
+        return hashlib.new(self.object_format).digest_size
+
+    @property
     def empty_tree(self) -> str:
         """The id of the tree with nothing in it, in this repository's object format."""
         return hashlib.new(self.object_format, b"tree 0\0").hexdigest()
@@ -115,7 +120,7 @@ class Repository(NamedTuple):
     @property
     def no_object(self) -> str:
         """The all-zero object id (``update-index --index-info`` reads it as "remove")."""
-        return "0" * 2 * hashlib.new(self.object_format).digest_size
+        return "0" * 2 * self.digest_size
 
 
 _LOCATE = (
@@ -171,7 +176,7 @@ def is_state(rel: str) -> bool:
 
 def worktree_tree(workspace: Path, repo: Repository) -> str:
     """The id of the tree of the workspace's files as they are now (see the module)."""
-    size = hashlib.new(repo.object_format).digest_size
+    size = repo.digest_size
     # Read before git lists anything: a user's index changed meanwhile reads as changed.
     user = _checksum(repo.user_index, size)
     record = _read_record(repo)
@@ -264,7 +269,7 @@ def _whole_shared_index(
 ) -> _SharedIndex | None:
     """The shared index that ``index`` (the cache's content) is split from, if it is
     whole: checked once, since it is never written again. None if it is not whole."""
-    size = hashlib.new(repo.object_format).digest_size
+    size = repo.digest_size
     body = index[:-size]
     for name in os.listdir(repo.cache.parent):
         prefix, _, oid = name.partition(".")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -388,7 +389,14 @@ class ProgressFile:
     """Keeps one session's progress file current: each ``update`` rewrites it atomically,
     at most once per ``min_interval_s`` (longer for very long sessions) unless it is the
     ``final`` one (pause, failure, completion). Use one instance per session: the
-    interval is the instance's."""
+    interval is the instance's.
+
+    An update renders on the caller's thread (it reads the session's connection) and
+    writes on its own: the write's two fsyncs and rename took most of a rewrite's time,
+    and a step has no reason to wait for a view. One write is in flight at most; an
+    update due while it is skips, and the next step tries again. A ``final`` update
+    waits for it and writes at once, and ``flush`` waits for it, so that what a session
+    leaves behind is on disk when it stops."""
 
     def __init__(
         self, paths: StatePaths, *, min_interval_s: float = 1.0, max_share: float = 0.01
@@ -402,15 +410,21 @@ class ProgressFile:
         self._usage = Usage()
         self._usage_seq = 0
         self._marks: list[Mark] = []  # likewise, the marked checkpoints
+        self._writer: threading.Thread | None = None
+        self._failure: BaseException | None = None  # a write's, raised on the caller's side
 
     def path(self, session_id: str) -> Path:
         return self._paths.session_dir(session_id) / PROGRESS_FILE_NAME
 
     def update(self, journal: Journal, *, final: bool = False) -> Path | None:
-        """Rewrite the progress file; the path written, or None when skipped or failed."""
+        """Rewrite the progress file; the path being written, or None when skipped or
+        failed (a failed write in the background is noticed by the next update)."""
         started = time.monotonic()
-        if not final and self._next_due is not None and started < self._next_due:
+        if final:
+            self.flush()
+        elif self._writing() or (self._next_due is not None and started < self._next_due):
             return None
+        self._raise_failure()
         summary = journal.summary
         assert summary is not None  # a journal has a summary once its session exists
         store, row = journal.store, journal.row
@@ -426,17 +440,45 @@ class ProgressFile:
             marks=self._marks,
         )
         target = self.path(journal.session_id)
+        data = text.encode("utf-8")
+        if final:
+            return target if self._write(target, data, started) else None
+        self._writer = threading.Thread(
+            target=self._write, args=(target, data, started), name="acode-progress-file"
+        )
+        self._writer.start()
+        return target
+
+    def flush(self) -> None:
+        """Wait for the write in flight, if any."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        self._raise_failure()
+
+    def _writing(self) -> bool:
+        return self._writer is not None and self._writer.is_alive()
+
+    def _raise_failure(self) -> None:
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def _write(self, target: Path, data: bytes, started: float) -> bool:
         try:
             # The file is redacted, but it is a session's story: its owner's alone.
-            atomic_write(target, text.encode("utf-8"), private=True)
+            atomic_write(target, data, private=True)
         except OSError:
             # The file is a view of the database, which already holds everything it says:
             # a full disk or a read-only directory must not fail or pause the session.
             # The old file (or none) stays whole, and the next update tries again.
-            return None
+            return False
+        except BaseException as exc:  # a defect: the caller's thread reports it
+            self._failure = exc
+            return False
         finally:
             # Rendering grows with the session; waiting in proportion to what it took keeps
             # the progress file under max_share of a long run's time, however long.
             spent = time.monotonic() - started
             self._next_due = started + max(self._min_interval_s, spent / self._max_share)
-        return target
+        return True

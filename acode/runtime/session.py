@@ -1159,6 +1159,7 @@ class Session:
         if not self._closed:
             self._closed = True
             try:
+                self._progress.flush()
                 if self._sync is not None:
                     self._sync.close()  # the last push and the lease, within a grace period
             finally:

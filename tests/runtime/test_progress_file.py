@@ -292,6 +292,7 @@ def test_an_update_after_the_interval_writes_again(workspace: Path) -> None:
         time.sleep(0.06)
         target = progress.update(s.journal)
         assert target is not None
+        progress.flush()
         assert '- Completed: ["one"]' in target.read_text()
     finally:
         s.close()
@@ -304,6 +305,7 @@ def test_writes_are_atomic_and_leave_no_temporary_files(workspace: Path) -> None
         for i in range(5):
             s.step(f"s{i}", lambda ctx: ctx.step_id)
             assert progress.update(s.journal) is not None
+            progress.flush()
         s.pause("interrupted")
         target = progress.update(s.journal, final=True)
     finally:
@@ -314,6 +316,56 @@ def test_writes_are_atomic_and_leave_no_temporary_files(workspace: Path) -> None
     text = target.read_text()
     assert "- **Status**: paused" in text
     assert "- **Reason**: interrupted" in text
+
+
+def test_one_write_is_in_flight_at_most_and_a_final_update_waits_for_it(
+    workspace: Path,
+) -> None:
+    progress = _progress(workspace, min_interval_s=0, max_share=1.0)
+    s = acode.open_session("t", workspace)
+    try:
+        s.step("one", lambda ctx: 1)
+        target = progress.update(s.journal)
+        assert target is not None
+        # Unless its write ended at once, the next update is skipped rather than queued.
+        skipped = progress.update(s.journal) is None
+        s.step("two", lambda ctx: 2)
+        assert progress.update(s.journal, final=True) == target
+        assert '- Completed: ["one", "two"]' in target.read_text()
+        assert skipped or not progress._writing()
+    finally:
+        s.close()
+
+
+def test_a_closed_session_leaves_its_newest_progress_on_disk(workspace: Path) -> None:
+    s = acode.open_session("t", workspace)
+    s.step("one", lambda ctx: 1)
+    s.close()
+    path = StatePaths(workspace.resolve()).session_dir(s.id) / "progress.md"
+    assert sorted(os.listdir(path.parent)) == ["progress.md"]
+    assert '- Completed: ["one"]' in path.read_text()
+
+
+def test_a_defect_in_the_background_write_is_raised_on_the_callers_side(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acode.runtime import progress_file
+
+    progress = _progress(workspace)
+    s = acode.open_session("t", workspace)
+    try:
+
+        def broken(path: Path, data: bytes, **kwargs: object) -> None:
+            raise RuntimeError("a bug in the writer")
+
+        monkeypatch.setattr(progress_file, "atomic_write", broken)
+        assert progress.update(s.journal) is not None
+        with pytest.raises(RuntimeError, match="a bug in the writer"):
+            progress.flush()
+        progress.flush()  # reported once
+    finally:
+        monkeypatch.undo()
+        s.close()
 
 
 def test_a_failing_write_returns_none_and_the_session_runs_on(workspace: Path) -> None:
@@ -356,6 +408,7 @@ def test_the_model_usage_line_adds_up_every_call_across_updates(
             s.step(f"py{i}", lambda ctx: 1)
             target = progress.update(s.journal)
             assert target is not None
+            progress.flush()
             whole = model_usage(s.journal.store, s.journal.row)
             assert whole.calls == i + 1
             assert (

@@ -43,6 +43,7 @@ PLAN_SCHEMA: Final[dict[str, Any]] = json.loads(
 MAX_TITLE_CHARS: Final = 200
 # Enough of a wrong value to recognise it, short enough to keep a problem on one line.
 _SHOWN_CHARS: Final = 40
+# jsonschema's own message, for a rule of the schema that has no wording here, cut as short.
 _SHOWN_MESSAGE: Final = 120
 _FEEDBACK_PROBLEMS: Final = 12
 

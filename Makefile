@@ -39,10 +39,12 @@ demo: $(STAMP)
 demo-agent: $(STAMP) $(LLM_STAMP)
 	ACODE_LLM_VENV=$(abspath $(LLM_VENV)) $(BIN)/python examples/run_demo_agent.py
 
+# lint-imports: the import contracts of [tool.importlinter] in pyproject.toml (the layers).
 lint: $(STAMP)
 	$(BIN)/ruff check acode tests bench examples
 	$(BIN)/ruff format --check acode tests bench examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache --no-logo
 
 format: $(STAMP)
 	$(BIN)/ruff format acode tests bench examples

@@ -3,18 +3,25 @@
 Pure apart from reading the schema file once at import. ``validate_plan`` takes what the
 model answered (tool-call arguments or message content, as text or already parsed) and
 returns either the plan or the problems, one short line each, naming the JSON path: the loop
-sends them back to the model, so they say what is wrong and what is expected.
+sends them back to the model, so they say what is wrong and what is expected. The schema is
+checked by jsonschema, which reports every problem at once; the rules it cannot say (a
+title's stripped length, the JSON found in prose) are code here.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from acode.errors import PlanError
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "MAX_TITLE_CHARS",
@@ -22,6 +29,7 @@ __all__ = [
     "AgentPlan",
     "AgentStep",
     "AgentTask",
+    "bounded_plan_schema",
     "describe_value",
     "plan_feedback",
     "validate_plan",
@@ -33,10 +41,10 @@ PLAN_SCHEMA: Final[dict[str, Any]] = json.loads(
 # A length rule lives here, not in the schema: llama.cpp turns maxLength into a grammar
 # that makes small models emit malformed arguments.
 MAX_TITLE_CHARS: Final = 200
-# The shape a model is asked for, quoted in the problems so that a retry can copy it.
-_EXAMPLE: Final = '{"tasks": [{"title": "...", "steps": [{"title": "..."}]}]}'
 # Enough of a wrong value to recognise it, short enough to keep a problem on one line.
 _SHOWN_CHARS: Final = 40
+# jsonschema's own message, for a rule of the schema that has no wording here, cut as short.
+_SHOWN_MESSAGE: Final = 120
 _FEEDBACK_PROBLEMS: Final = 12
 
 
@@ -182,92 +190,170 @@ def _json_error(exc: ValueError | RecursionError) -> str:
     return str(exc)
 
 
-# -- building -------------------------------------------------------------------------
+# -- checking and building -------------------------------------------------------------
+
+# A problem's place in the answer: ("tasks", 2, "steps", 0, "title") is tasks[2].steps[0].title.
+_Path = tuple[str | int, ...]
+
+
+def bounded_plan_schema(max_tasks: int | None, max_steps: int | None) -> dict[str, Any]:
+    """``PLAN_SCHEMA`` with the plan's size bounded (``maxItems``), where a bound is given:
+    what the plan tool offers a model and what its answer is checked against."""
+    schema = copy.deepcopy(PLAN_SCHEMA)
+    tasks = schema["properties"]["tasks"]
+    if max_tasks is not None:
+        tasks["maxItems"] = max_tasks
+    if max_steps is not None:
+        tasks["items"]["properties"]["steps"]["maxItems"] = max_steps
+    return schema
 
 
 def _build(
     data: object, *, max_tasks: int | None, max_steps: int | None
 ) -> tuple[AgentPlan | None, tuple[str, ...]]:
-    problems: list[str] = []
-    if not isinstance(data, Mapping):
-        return None, (f"expected a JSON object shaped as {_EXAMPLE}, got {describe_value(data)}",)
-    if "tasks" not in data:
-        return None, (f"tasks: missing; expected {_EXAMPLE}",)
-    raw_tasks = data["tasks"]
-    if not isinstance(raw_tasks, list | tuple):
-        return None, (f"tasks: expected a list of tasks, got {describe_value(raw_tasks)}",)
-    if not raw_tasks:
-        problems.append("tasks: expected at least 1 task")
-    elif max_tasks is not None and len(raw_tasks) > max_tasks:
-        problems.append(f"tasks: {len(raw_tasks)} tasks, at most {max_tasks}")
-    tasks = [
-        _task(raw, f"tasks[{index}]", f"t{index + 1}", max_steps, problems)
-        for index, raw in enumerate(raw_tasks)
-    ]
-    if problems:
-        return None, tuple(problems)
-    return AgentPlan(tasks=tuple(task for task in tasks if task is not None)), ()
-
-
-def _task(
-    raw: object, path: str, task_id: str, max_steps: int | None, problems: list[str]
-) -> AgentTask | None:
-    if not isinstance(raw, Mapping):
-        problems.append(
-            f'{path}: expected an object with "title" and "steps", got {describe_value(raw)}'
-        )
-        return None
-    title = _title(raw, path, problems)
-    steps = _steps(raw, path, max_steps, problems)
-    if title is None or steps is None:
-        return None
-    return AgentTask(id=task_id, title=title, steps=steps)
-
-
-def _steps(
-    raw_task: Mapping[Any, Any], path: str, max_steps: int | None, problems: list[str]
-) -> tuple[AgentStep, ...] | None:
-    path = f"{path}.steps"
-    if "steps" not in raw_task:
-        problems.append(f'{path}: missing; expected a list such as [{{"title": "..."}}]')
-        return None
-    raw_steps = raw_task["steps"]
-    if not isinstance(raw_steps, list | tuple):
-        problems.append(f"{path}: expected a list of steps, got {describe_value(raw_steps)}")
-        return None
-    before = len(problems)
-    if not raw_steps:
-        problems.append(f"{path}: expected at least 1 step")
-    elif max_steps is not None and len(raw_steps) > max_steps:
-        problems.append(f"{path}: {len(raw_steps)} steps, at most {max_steps}")
-    steps: list[AgentStep] = []
-    for index, raw in enumerate(raw_steps):
-        step_path = f"{path}[{index}]"
-        if not isinstance(raw, Mapping):
-            problems.append(
-                f'{step_path}: expected an object with "title", got {describe_value(raw)}'
+    found = [*_schema_problems(data, _validator(max_tasks, max_steps)), *_title_problems(data)]
+    if found:
+        found.sort(key=lambda problem: _order(problem[0]))
+        return None, tuple(_located(path, text) for path, text in found)
+    assert isinstance(data, Mapping)  # the schema took it: tasks of steps, all titled
+    return AgentPlan(
+        tasks=tuple(
+            AgentTask(
+                id=f"t{number}",
+                title=task["title"].strip(),
+                steps=tuple(AgentStep(title=step["title"].strip()) for step in task["steps"]),
             )
-            continue
-        title = _title(raw, step_path, problems)
-        if title is not None:
-            steps.append(AgentStep(title=title))
-    return tuple(steps) if len(problems) == before else None
+            for number, task in enumerate(data["tasks"], start=1)
+        )
+    ), ()
 
 
-def _title(raw: Mapping[Any, Any], path: str, problems: list[str]) -> str | None:
-    path = f"{path}.title"
-    if "title" not in raw:
-        problems.append(f"{path}: missing; expected a non-empty string")
-        return None
-    value = raw["title"]
-    if not isinstance(value, str) or not value.strip():
-        problems.append(f"{path}: expected a non-empty string, got {describe_value(value)}")
-        return None
-    title = value.strip()
-    if len(title) > MAX_TITLE_CHARS:
-        problems.append(f"{path}: {len(title)} characters, at most {MAX_TITLE_CHARS}")
-        return None
-    return title
+@functools.lru_cache(maxsize=8)
+def _validator(max_tasks: int | None, max_steps: int | None) -> Validator:
+    from jsonschema import Draft202012Validator, validators
+
+    # A caller's parsed value may hold any mapping or a tuple where JSON has an object or an
+    # array; the problems describe them so (describe_value).
+    types = Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {
+            "object": lambda _checker, value: isinstance(value, Mapping),
+            "array": lambda _checker, value: isinstance(value, list | tuple),
+        }
+    )
+    checker = validators.extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator, type_checker=types
+    )
+    return cast("Validator", checker(bounded_plan_schema(max_tasks, max_steps)))
+
+
+def _schema_problems(data: Any, validator: Validator) -> Iterator[tuple[_Path, str]]:
+    """Every way ``data`` breaks the schema, worded from the schema itself."""
+    missing_seen: set[_Path] = set()
+    for error in validator.iter_errors(data):
+        path: _Path = tuple(error.absolute_path)
+        kind = error.validator
+        bound = cast(Any, error.validator_value)
+        value = cast(Any, error.instance)
+        schema = cast("Mapping[str, Any]", error.schema)
+        # A list's count is worded with its own name: "tasks", "steps".
+        name = str(path[-1]) if path else ""
+        if kind == "type":
+            yield path, f"expected {_wanted(schema, path)}, got {describe_value(value)}"
+        elif kind == "required":
+            # One error per missing key, each naming the whole list: say them once.
+            if path in missing_seen:
+                continue
+            missing_seen.add(path)
+            for key in (key for key in bound if key not in value):
+                wanted = _wanted_missing(schema["properties"][key]) if path else _EXAMPLE
+                yield (*path, key), f"missing; expected {wanted}"
+        elif kind == "minItems":
+            yield path, f"expected at least {bound} {name if bound != 1 else name[:-1]}"
+        elif kind == "maxItems":
+            yield path, f"{len(value)} {name}, at most {bound}"
+        else:
+            # A rule added to the schema file that has no wording here yet: jsonschema's.
+            message = " ".join(error.message.split())
+            shown = message if len(message) <= _SHOWN_MESSAGE else message[:_SHOWN_MESSAGE] + "..."
+            yield path, shown
+
+
+def _title_problems(data: object) -> Iterator[tuple[_Path, str]]:
+    """The rules of titles the schema does not say (see MAX_TITLE_CHARS): not blank, and
+    not too long once stripped. A title of the wrong type is the schema's to report."""
+    tasks = data.get("tasks") if isinstance(data, Mapping) else None
+    for index, task in enumerate(tasks if isinstance(tasks, list | tuple) else ()):
+        yield from _title_problem(task, ("tasks", index))
+        steps = task.get("steps") if isinstance(task, Mapping) else None
+        for step_index, step in enumerate(steps if isinstance(steps, list | tuple) else ()):
+            yield from _title_problem(step, ("tasks", index, "steps", step_index))
+
+
+def _title_problem(node: object, path: _Path) -> Iterator[tuple[_Path, str]]:
+    title = node.get("title") if isinstance(node, Mapping) else None
+    if not isinstance(title, str):
+        return
+    stripped = title.strip()
+    if not stripped:
+        yield (*path, "title"), f"expected a non-empty string, got {describe_value(title)}"
+    elif len(stripped) > MAX_TITLE_CHARS:
+        yield (*path, "title"), f"{len(stripped)} characters, at most {MAX_TITLE_CHARS}"
+
+
+def _wanted(schema: Mapping[str, Any], path: _Path) -> str:
+    """What a value of the wrong type should have been."""
+    if not path:
+        return f"a JSON object shaped as {_EXAMPLE}"
+    if schema["type"] == "object":
+        return "an object with " + " and ".join(f'"{key}"' for key in schema["required"])
+    if schema["type"] == "array":
+        return f"a list of {path[-1]}"
+    return _STRING
+
+
+def _wanted_missing(schema: Mapping[str, Any]) -> str:
+    if schema["type"] == "string":
+        return _STRING
+    noun = "a list" if schema["type"] == "array" else "an object"
+    return f"{noun} such as {_example(schema)}"
+
+
+def _example(schema: Mapping[str, Any]) -> str:
+    """The smallest value the schema takes, with "..." for every string."""
+    if schema["type"] == "object":
+        fields = (f'"{key}": {_example(schema["properties"][key])}' for key in schema["required"])
+        return "{" + ", ".join(fields) + "}"
+    if schema["type"] == "array":
+        return f"[{_example(schema['items'])}]"
+    return '"..."'
+
+
+def _fields(schema: Mapping[str, Any]) -> Iterator[str]:
+    """The schema's property names, outermost first, each object's in its own order."""
+    for key, value in schema.get("properties", {}).items():
+        yield key
+        yield from _fields(value.get("items", value))
+
+
+# Problems are listed in the order of the answer: a task's title before its steps.
+_FIELD_ORDER: Final = {key: rank for rank, key in enumerate(dict.fromkeys(_fields(PLAN_SCHEMA)))}
+
+
+def _order(path: _Path) -> tuple[int, ...]:
+    return tuple(_FIELD_ORDER[part] if isinstance(part, str) else part for part in path)
+
+
+def _located(path: _Path, text: str) -> str:
+    if not path:
+        return text
+    place = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
+    return f"{place.lstrip('.')}: {text}"
+
+
+# The shape a model is asked for, quoted in the problems so that a retry can copy it.
+_EXAMPLE: Final = _example(PLAN_SCHEMA)
+# Every string of a plan is a title.
+_STRING: Final = "a non-empty string"
 
 
 def describe_value(value: object) -> str:

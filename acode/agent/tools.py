@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from acode.agent.plan_schema import PLAN_SCHEMA, describe_value
+from acode.agent.plan_schema import PLAN_SCHEMA, bounded_plan_schema, describe_value
 from acode.domain.paths import file_path_problem
 
 __all__ = [
@@ -86,25 +86,27 @@ TASK_TOOLS: Final[tuple[dict[str, Any], ...]] = tuple(
 )
 TASK_TOOL_NAMES: Final[tuple[str, ...]] = tuple(_TASK_TOOL_SPECS)
 TASK_TOOL_CHOICE: Final = "auto"
-PLAN_TOOL: Final[dict[str, Any]] = _function_tool(
-    "submit_plan",
-    "Submit the plan: the tasks to do in order, each with its steps. Call it exactly once.",
-    {
-        key: copy.deepcopy(value)
-        for key, value in PLAN_SCHEMA.items()
-        if key not in {"$schema", "$id"}
-    },
-)
+
+
+def _plan_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
+    return _function_tool(
+        "submit_plan",
+        "Submit the plan: the tasks to do in order, each with its steps. Call it exactly once.",
+        {
+            key: copy.deepcopy(value)
+            for key, value in schema.items()
+            if key not in {"$schema", "$id"}
+        },
+    )
+
+
+PLAN_TOOL: Final[dict[str, Any]] = _plan_tool(PLAN_SCHEMA)
 
 
 def plan_tool(max_tasks: int, max_steps: int) -> dict[str, Any]:
     """``PLAN_TOOL`` with the plan's size bounded (``agent.max_tasks``, ``max_steps``):
     told no bound, a small model repeats tasks until max_tokens cuts its JSON short."""
-    tool = copy.deepcopy(PLAN_TOOL)
-    tasks = tool["function"]["parameters"]["properties"]["tasks"]
-    tasks["maxItems"] = max_tasks
-    tasks["items"]["properties"]["steps"]["maxItems"] = max_steps
-    return tool
+    return _plan_tool(bounded_plan_schema(max_tasks, max_steps))
 
 
 # Forced: llama.cpp's server treats an omitted tool_choice as "none".

@@ -15,9 +15,11 @@ from acode.agent.plan_schema import (
     AgentPlan,
     AgentStep,
     AgentTask,
+    bounded_plan_schema,
     plan_feedback,
     validate_plan,
 )
+from acode.agent.plan_schema import _schema_problems as schema_problems
 from acode.errors import PlanError
 
 BOUNDED = settings(max_examples=200, deadline=None)
@@ -56,6 +58,22 @@ def test_the_schema_is_the_published_one() -> None:
 
 def test_the_schema_has_no_max_length_which_breaks_llama_cpp_grammars() -> None:
     assert "maxLength" not in json.dumps(PLAN_SCHEMA)
+
+
+def test_the_schema_is_a_valid_draft_2020_12_schema() -> None:
+    from jsonschema import Draft202012Validator
+
+    Draft202012Validator.check_schema(PLAN_SCHEMA)
+    Draft202012Validator.check_schema(bounded_plan_schema(3, 4))
+
+
+def test_the_bounded_schema_is_a_copy_with_max_items() -> None:
+    published = json.dumps(PLAN_SCHEMA)
+    bounded = bounded_plan_schema(3, 4)
+    assert bounded["properties"]["tasks"]["maxItems"] == 3
+    assert bounded["properties"]["tasks"]["items"]["properties"]["steps"]["maxItems"] == 4
+    assert json.dumps(PLAN_SCHEMA) == published
+    assert bounded_plan_schema(None, None) == PLAN_SCHEMA
 
 
 # -- valid plans -----------------------------------------------------------------------
@@ -191,6 +209,64 @@ def test_every_problem_of_an_answer_is_reported_together() -> None:
         "tasks[0].steps: expected at least 1 step",
         "tasks[1].steps[0].title: expected a non-empty string, got 1",
     )
+
+
+def test_several_problems_at_once_each_with_its_path_in_the_answers_order() -> None:
+    answer = {
+        "tasks": [
+            {},
+            {"title": "  ", "steps": "one"},
+            {"title": "t", "steps": [{"title": "s"}, {}, "step", {"title": "x" * 201}]},
+            {"steps": [{"title": None}, {"title": "\n"}], "title": ["t"]},
+            "a task",
+        ]
+    }
+    assert problems_of(answer, max_tasks=4, max_steps_per_task=3) == (
+        "tasks: 5 tasks, at most 4",
+        "tasks[0].title: missing; expected a non-empty string",
+        'tasks[0].steps: missing; expected a list such as [{"title": "..."}]',
+        'tasks[1].title: expected a non-empty string, got "  "',
+        'tasks[1].steps: expected a list of steps, got "one"',
+        "tasks[2].steps: 4 steps, at most 3",
+        "tasks[2].steps[1].title: missing; expected a non-empty string",
+        'tasks[2].steps[2]: expected an object with "title", got "step"',
+        "tasks[2].steps[3].title: 201 characters, at most 200",
+        "tasks[3].title: expected a non-empty string, got a list",
+        "tasks[3].steps[0].title: expected a non-empty string, got null",
+        'tasks[3].steps[1].title: expected a non-empty string, got "\\n"',
+        'tasks[4]: expected an object with "title" and "steps", got "a task"',
+    )
+
+
+def test_a_task_missing_both_keys_gets_one_problem_for_each() -> None:
+    assert problems_of({"tasks": [{"why": "?"}]}) == (
+        "tasks[0].title: missing; expected a non-empty string",
+        'tasks[0].steps: missing; expected a list such as [{"title": "..."}]',
+    )
+
+
+def test_a_caller_may_pass_any_mapping_and_tuples() -> None:
+    from types import MappingProxyType
+
+    answer = MappingProxyType(
+        {"tasks": ({"title": "t", "steps": (MappingProxyType({"title": "s"}),)},)}
+    )
+    plan, problems = validate_plan(answer, max_tasks=1)
+    assert problems == ()
+    assert plan == AgentPlan((AgentTask("t1", "t", (AgentStep("s"),)),))
+
+
+def test_a_rule_without_its_own_wording_is_still_one_line_with_its_path() -> None:
+    from jsonschema import Draft202012Validator
+
+    schema = bounded_plan_schema(None, None)
+    schema["properties"]["tasks"]["items"]["properties"]["title"]["pattern"] = "^[A-Z]"
+    validator = Draft202012Validator(schema)
+    answer = {"tasks": [{"title": "lower case " * 30, "steps": [{"title": "s"}]}]}
+    ((path, text),) = schema_problems(answer, validator)
+    assert path == ("tasks", 0, "title")
+    # jsonschema's own message, cut short: "'lower case ... ' does not match '^[A-Z]'".
+    assert text == "'" + ("lower case " * 30)[:119] + "..."
 
 
 def test_the_feedback_lists_the_problems_and_asks_for_a_retry() -> None:

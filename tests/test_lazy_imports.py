@@ -1,0 +1,60 @@
+"""Imports that must wait until a function needs them: the rules of the layers that
+import-linter cannot say, since it does not tell an import at a module's top from one inside
+a function. The layers themselves are import-linter contracts (`[tool.importlinter]` in
+pyproject.toml, checked by `make lint`).
+
+Checked from the source with `ast`.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "acode"
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Modules imported when ``path`` is imported: not those inside functions, nor
+    those only for type checking."""
+    found: set[str] = set()
+
+    def visit(nodes: Iterable[ast.AST]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            visit(ast.iter_child_nodes(node))
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def test_psycopg_is_imported_only_inside_functions() -> None:
+    for module in PACKAGE.rglob("*.py"):
+        assert "psycopg" not in {n.split(".")[0] for n in _top_level_imports(module)}, module
+
+
+def test_runtime_and_resume_import_sync_only_when_a_remote_is_configured() -> None:
+    for layer in ("runtime", "resume"):
+        for module in (PACKAGE / layer).rglob("*.py"):
+            assert not any(n.startswith("acode.sync") for n in _top_level_imports(module)), module
+
+
+def test_the_top_level_finder_skips_functions_and_type_checking(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import json\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import psycopg\nelse:\n    import os\n"
+        "def f():\n    import acode.sync.worker\n"
+        "class C:\n    from acode.sync import dsn\n"
+    )
+    assert _top_level_imports(source) == {"json", "typing", "os", "acode.sync"}

@@ -146,6 +146,12 @@ def _expand_plain(tree: Beneath, relative: str) -> Iterator[str]:
     if _excluded(relative.split("/")):
         return
     target = tree.resolve(relative)  # refuses a missing path behind an escaping link
+    if target.info is not None and stat.S_ISREG(target.info.st_mode):
+        # A regular file as resolved (a declared file, as a `run` step's paths mostly
+        # are): no directory to try opening, no second lstat.
+        if not _excluded(target.parts):
+            yield relative
+        return
     fd = tree.open_dir(target)
     if fd is not None:
         yield from _walk_dir(tree, fd, f"{relative}/", None)

@@ -700,6 +700,8 @@ class Session:
         self._progress.update(self._journal)
         notice(StepPhase.DONE, None, timed=True)
         self.interrupts.check()
+        if outcome.value is not None:
+            return outcome.value
         return action.value(env.store, outcome.result)
 
     def _record_failure(

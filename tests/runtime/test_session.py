@@ -269,6 +269,21 @@ def test_read_write_edit(workspace: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "content", [b"", b"plain\n", "caf\u00e9\n".encode(), b"\xff\xfe bad \xc3\n"]
+)
+def test_a_read_returns_what_its_replay_returns(workspace: Path, content: bytes) -> None:
+    """A read just run hands back the text it read, not the stored blob decoded again:
+    the same text a replay decodes from the record, undecodable bytes replaced alike."""
+    (workspace / "f.bin").write_bytes(content)
+    with acode.open_session("t", workspace=workspace) as s:
+        fresh = s.read("r", "f.bin")
+        s.pause("test")
+    (workspace / "f.bin").write_bytes(b"changed since")
+    with acode.resume_session(s.id, workspace=workspace, force=True) as again:
+        assert again.read("r", "f.bin") == fresh == content.decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize(
     ("old", "message"), [("missing", "was not found"), ("x", "appears 3 times")]
 )
 def test_edit_needs_exactly_one_match(workspace: Path, old: str, message: str) -> None:

@@ -79,6 +79,10 @@ class Outcome(NamedTuple):
     blobs: tuple[tuple[str, bytes], ...] = ()
     messages: tuple[tuple[str, dict[str, Any]], ...] = ()
     files: tuple[FileRow, ...] = ()  # workspace files as the step left them
+    # What the caller gets back, when the step has it at hand (a read's text): a step
+    # just run needs no round trip through the store. None: StepAction.value decodes it
+    # from ``result``, as a replay does.
+    value: Any = None
 
 
 class RecoveryAction(StrEnum):

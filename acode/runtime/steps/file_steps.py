@@ -110,6 +110,7 @@ class ReadStep:
             {"path": self.path, "sha256": sha, "size": len(data)},
             blobs=((sha, data),),
             files=(_row(self.path, sha, info),),
+            value=data.decode("utf-8", errors="replace"),  # what value() gives on replay
         )
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:

@@ -564,7 +564,7 @@ def _interrupted(ws: Path) -> str:
 
 
 def test_a_payload_is_decoded_as_json_loads_would_decode_it() -> None:
-    from acode.runtime.session import _object
+    from acode.runtime.replay import _object
 
     assert _object('{"i":0,"ok":[true,null]}') == {"i": 0, "ok": [True, None]}
     assert _object(' {"i": 0} ') == {"i": 0}  # not acode's canonical form: json.loads reads it
@@ -572,7 +572,7 @@ def test_a_payload_is_decoded_as_json_loads_would_decode_it() -> None:
 
 @pytest.mark.parametrize("payload", ["[1, 2]", '{"step": 1} {}', '{"step": '])
 def test_a_payload_that_is_not_one_object_is_refused(payload: str) -> None:
-    from acode.runtime.session import _object
+    from acode.runtime.replay import _object
 
     with pytest.raises(ValueError):  # noqa: PT011 (json's and acode's own messages alike)
         _object(payload)
@@ -599,9 +599,9 @@ def test_an_edited_payload_never_reaches_the_replay(workspace: Path, payload: st
 
 
 def test_a_replay_across_read_windows_returns_every_result(workspace: Path) -> None:
-    from acode.runtime import session as session_module
+    from acode.runtime import replay
 
-    steps = session_module._REPLAY_WINDOW * 2 + 3  # the history is read a window at a time
+    steps = replay.REPLAY_WINDOW * 2 + 3  # the history is read a window at a time
     config = workspace / ".agent" / "config.yml"
     config.parent.mkdir(parents=True)
     config.write_text("durability: normal\n", encoding="utf-8")  # quick to record

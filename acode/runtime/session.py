@@ -9,7 +9,6 @@ call found started but unfinished is handled by its kind (see ``steps/``).
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import time
@@ -41,14 +40,12 @@ from acode.errors import (
     StepFailedError,
     UsageError,
 )
-from acode.runtime.approvals import decision_payload, decision_valid, subject_hash
 from acode.runtime.faults import environment_fault
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal
 from acode.runtime.locks import SessionLock
 from acode.runtime.log import log_event
 from acode.runtime.observer import (
-    ApprovalRequest,
     Approver,
     NullObserver,
     Observer,
@@ -83,6 +80,7 @@ from acode.store.records import FileRow
 if TYPE_CHECKING:
     from acode.domain.marks import Mark
     from acode.runtime.process import CommandResult
+    from acode.runtime.steps.approve_step import ApproveStep
     from acode.runtime.sync_link import SyncLink
 
 __all__ = ["Session", "StrategyPrompt"]
@@ -435,20 +433,21 @@ class Session:
     ) -> bool:
         """Ask a person; the decision is recorded and signed. Raises ApprovalPending
         when there is no decision and no one to ask."""
+        from acode.runtime.steps.approve_step import ApproveStep
+
         self._require_active()
-        input_hash = _input_hash({"q": question})
-        position, record = self._claim(step_id, StepKind.APPROVE, input_hash)
-        notice = self._notice(
-            position, step_id, StepKind.APPROVE, task, title or f"approve {question}"
-        )
+        action = ApproveStep(question, subject)
+        input_hash = _input_hash(action.input())
+        position, record = self._claim(step_id, action.kind, input_hash)
+        notice = self._notice(position, step_id, action.kind, task, title or f"approve {question}")
         if record is not None and record.status is StepStatus.COMPLETED:
             notice(StepPhase.SKIPPED, None)
-            return bool(self._recorded_result(record)["approved"])
+            return action.value(self._journal.store, self._recorded_result(record))
         if record is not None and record.status is StepStatus.FAILED:
             raise self._recorded_failure(record)
-        ctx = self._context(step_id, StepKind.APPROVE, task, position, FIRST_ATTEMPT)
+        ctx = self._context(step_id, action.kind, task, position, FIRST_ATTEMPT)
         try:
-            approved = self._decide(ctx, question, subject, record, input_hash, notice)
+            approved = self._decide(action, ctx, record, input_hash, notice)
         except BaseException as exc:
             self._record_failure(exc, ctx, input_hash, notice)
         if approved:
@@ -459,9 +458,8 @@ class Session:
 
     def _decide(
         self,
+        action: ApproveStep,
         ctx: StepContext,
-        question: str,
-        subject: object,
         record: StepRecord | None,
         input_hash: str,
         notice: Callable[..., None],
@@ -469,43 +467,30 @@ class Session:
         """The decision of approval step ``ctx``, recorded: the one recorded while what it
         approved is unchanged, else the approver's. Raises ApprovalPending when there is
         none, after recording that the step waits."""
-        step_id, position = ctx.step_id, ctx.position
-        gate = subject_hash(question, subject)
-        decision = self._recorded_decision(step_id, position, gate) if record else None
+        gate = action.gate()
+        history = self._journal.history
+        decision = action.recorded(history, self._signer, ctx, gate) if record else None
         entries: list[tuple[EventType, dict[str, Any]]] = []
         if decision is None and self.approver is not None:
             notice(StepPhase.STARTED, None)
             with self.interrupts.interruptible():  # Ctrl+C at the prompt pauses the session
-                answer = self.approver(ApprovalRequest(self.id, step_id, question, subject))
-            if answer is not None:
-                decision = decision_payload(
-                    self._signer,
-                    self.id,
-                    step=step_id,
-                    position=position,
-                    approved=answer,
-                    subject=gate,
-                    by=getpass.getuser(),
-                )
+                decision = action.ask(self.approver, self._signer, ctx, gate)
+            if decision is not None:
                 entries.append((EventType.APPROVAL_DECIDED, decision))
         base = self._step_payload(ctx, input_hash)
         if decision is None:
             if record is None:
+                awaiting = f"step {ctx.step_id} awaits approval"
                 self._journal.write(
                     [
-                        (
-                            EventType.APPROVAL_REQUESTED,
-                            {**base, "question": question, "subject_hash": gate},
-                        ),
-                        *self._to(
-                            SessionState.AWAITING_APPROVAL, f"step {step_id} awaits approval"
-                        ),
+                        (EventType.APPROVAL_REQUESTED, action.request(base, gate)),
+                        *self._to(SessionState.AWAITING_APPROVAL, awaiting),
                     ],
                     steps=[step_record(StepStatus.IN_PROGRESS, 0, base)],
                 )
                 self._progress.update(self._journal, final=True)
-            raise ApprovalPending(step_id, question)
-        result = {"approved": bool(decision["approved"]), "by": decision["by"]}
+            raise ApprovalPending(ctx.step_id, action.question)
+        result = action.result(decision)
         entries += self._to(SessionState.EXECUTING, "approval decided")
         entries.append((EventType.STEP_COMPLETED, {**base, "result": result}))
         self._journal.write(entries, steps=[step_record(StepStatus.COMPLETED, 0, base)])
@@ -881,23 +866,6 @@ class Session:
             started: dict[str, Any] = payload["started"]
             return started
         return payload
-
-    def _recorded_decision(self, step_id: str, position: int, gate: str) -> dict[str, Any] | None:
-        """The newest valid decision for this approval while what it approved is unchanged."""
-        for event in reversed(self._journal.history.of_type(EventType.APPROVAL_DECIDED)):
-            p = event.payload
-            if p.get("step") != step_id or p.get("position") != position:
-                continue
-            if p.get("subject_hash") != gate:
-                return None
-            if not decision_valid(self._signer, self.id, p):
-                raise CheckpointError(
-                    f"the approval of step {step_id!r} (event {event.seq}) is not signed by "
-                    "this user's key: it was not recorded by acode",
-                    hint="refusing to continue; record a decision with `acode approve`",
-                )
-            return p
-        return None
 
     def _conversation(self) -> list[dict[str, Any]]:
         if self._transcript is None:

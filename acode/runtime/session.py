@@ -319,11 +319,15 @@ class Session:
         different id or kind, an input, a failure, a step with a `steps` row to check)
         is GENERAL: ``_perform`` decides, and raises what it finds."""
         self._require_active()
-        result = self._replay.completed(self._position, step_id)
+        position = self._position
+        result = self._replay.completed(position, step_id)
         if result is not GENERAL:
             # The id is the one recorded here, so ``_check_id`` has nothing to refuse:
             # acode checked it when it recorded it, and a history gives an id one position.
-            self._advance(step_id)
+            # ``_advance`` without its settling: no step before a recorded position is
+            # left unsettled (``_unsettle`` leaves those as they were).
+            self._seen_ids.add(step_id)
+            self._position = position + 1
         return result
 
     def read(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from acode.domain.durations import TIMEOUT_RULE, is_timeout
-from acode.domain.kinds import StepKind
+from acode.domain.kinds import STEP_KINDS, StepKind
 from acode.domain.paths import file_path_problem, path_problem
 from acode.errors import PlanError
 
@@ -38,27 +38,9 @@ LineLookup: TypeAlias = Callable[[NodePath], int | None]
 
 _KIND_NAMES = tuple(kind.value for kind in StepKind)
 _KIND_KEYS = frozenset(_KIND_NAMES)
-_EXTRA_KEYS: dict[StepKind, tuple[str, ...]] = {
-    StepKind.READ: (),
-    StepKind.WRITE: ("content",),
-    StepKind.EDIT: ("old", "new"),
-    StepKind.RUN: ("idempotent", "timeout", "paths", "check"),
-    StepKind.MODEL: (),
-    StepKind.APPROVE: (),
-    StepKind.COMMIT: (),
-    StepKind.PYTHON: (),
-}
+_EXTRA_KEYS = {kind: spec.keys for kind, spec in STEP_KINDS.items()}
 # What the value of the kind key is, for messages such as "step 'x' has an empty command".
-_TARGET_NOUN: dict[StepKind, str] = {
-    StepKind.READ: "path",
-    StepKind.WRITE: "path",
-    StepKind.EDIT: "path",
-    StepKind.RUN: "command",
-    StepKind.MODEL: "prompt",
-    StepKind.APPROVE: "question",
-    StepKind.COMMIT: "message",
-    StepKind.PYTHON: "function",
-}
+_TARGET_NOUN = {kind: spec.target for kind, spec in STEP_KINDS.items()}
 _FILE_KINDS = frozenset({StepKind.READ, StepKind.WRITE, StepKind.EDIT})
 # Kinds whose target goes to a process as an argument (a shell's, git's), where NUL ends it.
 _ARGUMENT_KINDS = frozenset({StepKind.RUN, StepKind.COMMIT})

@@ -82,15 +82,19 @@ class History:
         """Up to ``limit`` events after event ``after``, in order, as rows: what a replay
         reads. ``previous`` is event ``after``'s hash when the caller has checked it."""
         rows = self.store.event_rows(self.row, after, limit)
-        if rows and previous is None:
+        if not rows:
+            return rows
+        if previous is None:
             previous = self._previous([after + 1])[after + 1]
-        link = self.chain.link
-        expected = after + 1
-        for seq, event_id, ts, type_, payload, hash_ in rows:
-            assert previous is not None
-            if seq != expected or link(previous, seq, event_id, ts, type_, payload) != hash_:
-                raise self.broken(seq, type_)
-            previous, expected = hash_, seq + 1
+        held = self.chain.linked(previous, rows)
+        if held < len(rows):
+            raise self.broken(rows[held][0], rows[held][3])
+        # Each link covers its seq: the rows hold every seq from ``after + 1`` on when
+        # the last one is where it would be with none missing.
+        if rows[0][0] != after + 1 or rows[-1][0] != after + len(rows):
+            for expected, row in enumerate(rows, after + 1):
+                if row[0] != expected:
+                    raise self.broken(row[0], row[3])
         return rows
 
     def messages(self) -> list[MessageRow]:

@@ -9,7 +9,6 @@ call found started but unfinished is handled by its kind (see ``steps/``).
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import time
@@ -29,7 +28,6 @@ from acode.domain.reducer import (
     StepRecord,
     StepStatus,
     step_record,
-    step_status,
 )
 from acode.domain.states import SessionState, can_transition, is_terminal
 from acode.errors import (
@@ -42,15 +40,12 @@ from acode.errors import (
     StepFailedError,
     UsageError,
 )
-from acode.runtime.approvals import decision_payload, decision_valid, subject_hash
 from acode.runtime.faults import environment_fault
-from acode.runtime.history import EventRow
 from acode.runtime.interrupts import Interrupts
 from acode.runtime.journal import Journal
 from acode.runtime.locks import SessionLock
 from acode.runtime.log import log_event
 from acode.runtime.observer import (
-    ApprovalRequest,
     Approver,
     NullObserver,
     Observer,
@@ -58,6 +53,7 @@ from acode.runtime.observer import (
     StepPhase,
 )
 from acode.runtime.progress_file import ProgressFile
+from acode.runtime.replay import GENERAL, NO_INPUT, ReplayCursor
 from acode.runtime.steps.base import (
     InProgressStrategy,
     Outcome,
@@ -84,6 +80,7 @@ from acode.store.records import FileRow
 if TYPE_CHECKING:
     from acode.domain.marks import Mark
     from acode.runtime.process import CommandResult
+    from acode.runtime.steps.approve_step import ApproveStep
     from acode.runtime.sync_link import SyncLink
 
 __all__ = ["Session", "StrategyPrompt"]
@@ -92,36 +89,18 @@ __all__ = ["Session", "StrategyPrompt"]
 # "retry", or None to stop. An implementation with no one to ask returns "rollback".
 StrategyPrompt = Callable[[str, str], "InProgressStrategy | None"]
 
-
-# Positions read at once on replay: a thousand keeps the queries per step negligible;
-# four times as many decoded payloads held at once made each step 15-20% slower.
-_REPLAY_WINDOW = 1024
-
 # Most steps prepare nothing: one shared, never changed.
 _NOTHING_PREPARED = Prepared()
-
-# Session._replayed_step's answer when the general way (Session._perform) must decide.
-_GENERAL = object()
 
 
 def _input_hash(data: Mapping[str, Any]) -> str:
     if not data:
-        return _NO_INPUT
+        return NO_INPUT
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:32]
-
-
-# The hash of no input, the common case: events and step rows leave it out (a missing
-# input hash means this one), which saves 47 bytes a step.
-_NO_INPUT = hashlib.sha256(b"{}").hexdigest()[:32]
 
 
 def _ignore(*_: object, **__: object) -> None:
     return None
-
-
-# The newest event a replay read about one step position: its status, seq, type and
-# payload (a plain tuple: a replay makes one for every step it reads).
-_Scanned = tuple[StepStatus, int, str, dict[str, Any]]
 
 
 class _Unsettled(NamedTuple):
@@ -155,24 +134,6 @@ def _error_text(exc: BaseException) -> str:
     if isinstance(exc, PauseRequested | KeyboardInterrupt):
         return "interrupted"
     return str(exc) or type(exc).__name__
-
-
-# A replay decodes one payload per completed step: the decoder's own entry point skips
-# json.loads's checks and whitespace scans (a third of the decoding), acode writing
-# canonical JSON; anything else goes through json.loads, which also names an error.
-_DECODE = json.JSONDecoder().raw_decode
-
-
-def _object(payload_json: str) -> dict[str, Any]:
-    try:
-        value, end = _DECODE(payload_json)
-    except ValueError:
-        end = -1
-    if end != len(payload_json):
-        value = json.loads(payload_json)
-    if type(value) is not dict:
-        raise ValueError("an event's payload is not a JSON object")
-    return value
 
 
 # A seek in the step id ledger costs about as much as reading this many of its ids
@@ -218,6 +179,7 @@ class Session:
         assert summary is not None
         # Positions below this may have records; a fresh session never looks.
         self._recorded_until = summary.next_position
+        self._replay = ReplayCursor(journal.history, self._recorded_until, self._edited)
         self._position = 0
         self._seen_ids: set[str] = set()
         # Set by skip_completed: the session whose step id ledger holds the skipped ids,
@@ -225,20 +187,6 @@ class Session:
         self._ledger_sid: int | None = None
         self._ledger_seeks_left = 0
         self._key_prefix = key_prefix(journal.session_id)
-        # A replay reads the events in order, a window of rows at a time (each checked
-        # against the chain), with the `steps` rows of their positions to check them
-        # against; it decodes the events about steps one at a time as the calls reach
-        # them, keeping the newest event of the positions it decoded but did not pass
-        # (its status, seq, type and payload: the record is made only when a general
-        # call asks for it).
-        self._window: dict[int, _Scanned] = {}
-        self._rows: dict[int, StepRecord] = {}
-        self._events: list[EventRow] = []  # the window's rows
-        self._next_event = 0  # the index in _events of the next one to decode
-        self._scanned_seq = 0  # events up to here are read
-        self._scanned_hash: bytes | None = None  # the hash of event _scanned_seq, checked
-        self._scanned_position = -1  # the highest position the decoded events name
-        self._scan_done = self._recorded_until == 0  # no window is left to read
         self._transcript: list[dict[str, Any]] | None = None
         # A step whose call raised with no outcome recorded (``_unsettle``).
         self._unsettled: _Unsettled | None = None
@@ -333,7 +281,7 @@ class Session:
         if input is None and isinstance(self.observer, NullObserver):
             if self._position < self._recorded_until:
                 replayed = self._replayed_step(step_id)
-                if replayed is not _GENERAL:
+                if replayed is not GENERAL:
                     return replayed
             elif is_retryable(fn):
                 return self._new_step(step_id, fn, task)
@@ -353,13 +301,13 @@ class Session:
         try:
             result = recorded_form(self.interrupts.call(fn, ctx), step_id)
         except BaseException as exc:
-            self._record_failure(exc, ctx, _NO_INPUT, _ignore)
-        payload = self._step_payload(ctx, _NO_INPUT)
+            self._record_failure(exc, ctx, NO_INPUT, _ignore)
+        payload = self._step_payload(ctx, NO_INPUT)
         payload["result"] = result
         try:
             self._journal.write_completion(payload)
         except BaseException as exc:
-            self._record_failure(exc, ctx, _NO_INPUT, _ignore)
+            self._record_failure(exc, ctx, NO_INPUT, _ignore)
         self._progress.update(self._journal)
         self.interrupts.check()
         return result
@@ -369,24 +317,18 @@ class Session:
         result of a completed python step called again with its id, as a resumed
         library caller's loop does for every step it had done. Anything else there (a
         different id or kind, an input, a failure, a step with a `steps` row to check)
-        is _GENERAL: ``_perform`` decides, and raises what it finds."""
+        is GENERAL: ``_perform`` decides, and raises what it finds."""
         self._require_active()
         position = self._position
-        found = self._scanned(position)
-        if found is None or position in self._rows:
-            return _GENERAL
-        status, _, _, payload = found
-        if (
-            status is not StepStatus.COMPLETED
-            or payload.get("step") != step_id
-            or payload.get("kind", DEFAULT_STEP_KIND) != DEFAULT_STEP_KIND
-            or (payload.get("input_hash") or _NO_INPUT) != _NO_INPUT
-        ):
-            return _GENERAL
-        # The id is the one recorded here, so ``_check_id`` has nothing to refuse: acode
-        # checked it when it recorded it, and a history gives an id one position.
-        self._advance(step_id)
-        return payload["result"]
+        result = self._replay.completed(position, step_id)
+        if result is not GENERAL:
+            # The id is the one recorded here, so ``_check_id`` has nothing to refuse:
+            # acode checked it when it recorded it, and a history gives an id one position.
+            # ``_advance`` without its settling: no step before a recorded position is
+            # left unsettled (``_unsettle`` leaves those as they were).
+            self._seen_ids.add(step_id)
+            self._position = position + 1
+        return result
 
     def read(
         self, step_id: str, path: str, *, task: str | None = None, title: str | None = None
@@ -495,20 +437,21 @@ class Session:
     ) -> bool:
         """Ask a person; the decision is recorded and signed. Raises ApprovalPending
         when there is no decision and no one to ask."""
+        from acode.runtime.steps.approve_step import ApproveStep
+
         self._require_active()
-        input_hash = _input_hash({"q": question})
-        position, record = self._claim(step_id, StepKind.APPROVE, input_hash)
-        notice = self._notice(
-            position, step_id, StepKind.APPROVE, task, title or f"approve {question}"
-        )
+        action = ApproveStep(question, subject)
+        input_hash = _input_hash(action.input())
+        position, record = self._claim(step_id, action.kind, input_hash)
+        notice = self._notice(position, step_id, action.kind, task, title or f"approve {question}")
         if record is not None and record.status is StepStatus.COMPLETED:
             notice(StepPhase.SKIPPED, None)
-            return bool(self._recorded_result(record)["approved"])
+            return action.value(self._journal.store, self._recorded_result(record))
         if record is not None and record.status is StepStatus.FAILED:
             raise self._recorded_failure(record)
-        ctx = self._context(step_id, StepKind.APPROVE, task, position, FIRST_ATTEMPT)
+        ctx = self._context(step_id, action.kind, task, position, FIRST_ATTEMPT)
         try:
-            approved = self._decide(ctx, question, subject, record, input_hash, notice)
+            approved = self._decide(action, ctx, record, input_hash, notice)
         except BaseException as exc:
             self._record_failure(exc, ctx, input_hash, notice)
         if approved:
@@ -519,9 +462,8 @@ class Session:
 
     def _decide(
         self,
+        action: ApproveStep,
         ctx: StepContext,
-        question: str,
-        subject: object,
         record: StepRecord | None,
         input_hash: str,
         notice: Callable[..., None],
@@ -529,43 +471,30 @@ class Session:
         """The decision of approval step ``ctx``, recorded: the one recorded while what it
         approved is unchanged, else the approver's. Raises ApprovalPending when there is
         none, after recording that the step waits."""
-        step_id, position = ctx.step_id, ctx.position
-        gate = subject_hash(question, subject)
-        decision = self._recorded_decision(step_id, position, gate) if record else None
+        gate = action.gate()
+        history = self._journal.history
+        decision = action.recorded(history, self._signer, ctx, gate) if record else None
         entries: list[tuple[EventType, dict[str, Any]]] = []
         if decision is None and self.approver is not None:
             notice(StepPhase.STARTED, None)
             with self.interrupts.interruptible():  # Ctrl+C at the prompt pauses the session
-                answer = self.approver(ApprovalRequest(self.id, step_id, question, subject))
-            if answer is not None:
-                decision = decision_payload(
-                    self._signer,
-                    self.id,
-                    step=step_id,
-                    position=position,
-                    approved=answer,
-                    subject=gate,
-                    by=getpass.getuser(),
-                )
+                decision = action.ask(self.approver, self._signer, ctx, gate)
+            if decision is not None:
                 entries.append((EventType.APPROVAL_DECIDED, decision))
         base = self._step_payload(ctx, input_hash)
         if decision is None:
             if record is None:
+                awaiting = f"step {ctx.step_id} awaits approval"
                 self._journal.write(
                     [
-                        (
-                            EventType.APPROVAL_REQUESTED,
-                            {**base, "question": question, "subject_hash": gate},
-                        ),
-                        *self._to(
-                            SessionState.AWAITING_APPROVAL, f"step {step_id} awaits approval"
-                        ),
+                        (EventType.APPROVAL_REQUESTED, action.request(base, gate)),
+                        *self._to(SessionState.AWAITING_APPROVAL, awaiting),
                     ],
                     steps=[step_record(StepStatus.IN_PROGRESS, 0, base)],
                 )
                 self._progress.update(self._journal, final=True)
-            raise ApprovalPending(step_id, question)
-        result = {"approved": bool(decision["approved"]), "by": decision["by"]}
+            raise ApprovalPending(ctx.step_id, action.question)
+        result = action.result(decision)
         entries += self._to(SessionState.EXECUTING, "approval decided")
         entries.append((EventType.STEP_COMPLETED, {**base, "result": result}))
         self._journal.write(entries, steps=[step_record(StepStatus.COMPLETED, 0, base)])
@@ -824,11 +753,11 @@ class Session:
         position = self._position
         # Calls take positions in order, so by the time a call reaches a position past
         # the recorded ones, every recorded id has been claimed again in _seen_ids.
-        record = self._recorded(position)
+        record = self._replay.record(position)
         if record is not None and (
             record.step_id != step_id
             or record.kind != kind.value
-            or (record.input_hash or _NO_INPUT) != input_hash
+            or (record.input_hash or NO_INPUT) != input_hash
         ):
             raise NonDeterminismError(
                 f"session {self.short_id}, position {position}: recorded step "
@@ -873,7 +802,7 @@ class Session:
             payload["kind"] = ctx.kind
         if ctx.attempt != FIRST_ATTEMPT:
             payload["attempt"] = ctx.attempt
-        if input_hash != _NO_INPUT:
+        if input_hash != NO_INPUT:
             payload["input_hash"] = input_hash
         if ctx.task_id is not None:
             payload["task"] = ctx.task_id
@@ -924,127 +853,25 @@ class Session:
             files=files,
         )
 
-    def _scanned(self, position: int) -> _Scanned | None:
-        """The newest event about the step at recorded position ``position``. Calls take
-        positions in the order the history recorded them, so a replay reads the events
-        in order, a window at a time (one query per window, not per step), and decodes
-        each event about a step when the call of its position comes: a payload lives
-        from its step's call to the next, not for a whole window."""
-        self._window.pop(position - 1, None)  # replayed
-        while self._scanned_position <= position and self._decode_next(position):
-            pass
-        return self._window.get(position)
-
-    def _decode_next(self, position: int) -> bool:
-        """Decode the next event about a step into the window; False when there is none."""
-        events = self._events
-        while True:
-            if self._next_event == len(events):
-                if self._scan_done:
-                    return False
-                self._read_window(position)
-                events = self._events
-                continue
-            seq, _, _, event_type, payload_json, _ = events[self._next_event]
-            self._next_event += 1
-            status = step_status(event_type)
-            if status is not None:
-                break  # else: not about a step
-        try:
-            payload = _object(payload_json)
-            at = int(payload["position"])
-        except (KeyError, TypeError, ValueError):
-            raise self._edited(f"event {seq} ({event_type}) names no step") from None
-        if at < self._scanned_position:
-            raise self._edited(f"event {seq} goes back to step position {at}")
-        self._window[at] = (status, seq, event_type, payload)
-        self._scanned_position = at
-        return True
-
-    def _recorded(self, position: int) -> StepRecord | None:
-        """The record at ``position``."""
-        if position >= self._recorded_until:
-            return None
-        found = self._scanned(position)
-        if found is None:
-            # Every position below the recorded ones has events about its step.
-            raise self._edited(
-                f"the record of step position {position} is missing from the history",
-                hint="refusing to run the step again; inspect with `acode resume --verify`",
-            )
-        status, seq, event_type, payload = found
-        try:
-            record = step_record(status, seq, payload)
-        except (KeyError, TypeError, ValueError):
-            raise self._edited(f"event {seq} ({event_type}) names no step") from None
-        row = self._rows.get(position)
-        if row is not None and row != record:
-            raise self._edited(
-                f"step {row.step_id!r} is {row.status.value} in the steps table, but its "
-                f"events say {record.status.value} (event {record.event_seq})",
-            )
-        return record
-
-    def _read_window(self, position: int) -> None:
-        """The next window of events, each checked against the chain as it is read, and
-        the `steps` rows of the positions still to replay that its events can name:
-        from ``position`` up to one more per event than the highest position decoded
-        (every position has an event, and positions follow each other)."""
-        store, row = self._journal.store, self._journal.row
-        events = self._journal.history.window(self._scanned_seq, self._scanned_hash, _REPLAY_WINDOW)
-        self._scan_done = len(events) < _REPLAY_WINDOW
-        if events:
-            self._scanned_seq, self._scanned_hash = events[-1][0], events[-1][5]
-        self._events, self._next_event = events, 0
-        last = max(position, self._scanned_position) + len(events)
-        self._rows = {r.position: r for r in store.step_rows(row.sid, position, last)}
-
-    def _edited(
-        self, what: str, hint: str = "inspect with `acode resume --verify`"
-    ) -> CheckpointError:
+    def _edited(self, what: str, hint: str | None = None) -> CheckpointError:
         return CheckpointError(
             f"session {self.short_id}: {what}: the database was edited",
-            hint=hint,
+            hint=hint or "inspect with `acode resume --verify`",
             code=ErrorCode.CHAIN_BROKEN,
         )
 
-    def _outcome(self, record: StepRecord) -> tuple[str, dict[str, Any]]:
-        """The type and payload of the event holding ``record``'s outcome."""
-        cached = self._window.get(record.position)
-        if cached is not None and cached[1] == record.event_seq:
-            return cached[2], cached[3]
-        event = self._journal.history.event(record.event_seq)
-        return event.type.value, event.payload
-
     def _outcome_payload(self, record: StepRecord) -> dict[str, Any]:
-        return self._outcome(record)[1]
+        return self._replay.outcome(record)[1]
 
     def _recorded_result(self, record: StepRecord) -> Any:
         return self._outcome_payload(record)["result"]
 
     def _started_record(self, record: StepRecord) -> dict[str, Any]:
-        event_type, payload = self._outcome(record)
+        event_type, payload = self._replay.outcome(record)
         if event_type == EventType.STEP_ROLLED_BACK:
             started: dict[str, Any] = payload["started"]
             return started
         return payload
-
-    def _recorded_decision(self, step_id: str, position: int, gate: str) -> dict[str, Any] | None:
-        """The newest valid decision for this approval while what it approved is unchanged."""
-        for event in reversed(self._journal.history.of_type(EventType.APPROVAL_DECIDED)):
-            p = event.payload
-            if p.get("step") != step_id or p.get("position") != position:
-                continue
-            if p.get("subject_hash") != gate:
-                return None
-            if not decision_valid(self._signer, self.id, p):
-                raise CheckpointError(
-                    f"the approval of step {step_id!r} (event {event.seq}) is not signed by "
-                    "this user's key: it was not recorded by acode",
-                    hint="refusing to continue; record a decision with `acode approve`",
-                )
-            return p
-        return None
 
     def _conversation(self) -> list[dict[str, Any]]:
         if self._transcript is None:

@@ -186,3 +186,27 @@ def test_a_link_is_what_this_version_writes() -> None:
     )
     assert len(link) == LINK_BYTES
     assert link.hex() == "a572eabaeeb2e933ee46450bbe843264"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data(), st.integers(1, 6))
+def test_a_window_holds_up_to_its_first_edited_event(data: st.DataObject, length: int) -> None:
+    """``ChainKey.linked``, the replay's check of a window at a time, finds what ``link``
+    finds one event at a time: the rows hold up to the first edited one."""
+    key = ChainKey(Mac(b"k" * 32), SESSION)
+    events = sample_history(length)
+    links = keyed(key, events)
+
+    def rows(of: list[Event]) -> list[tuple[int, str, int, str, str, bytes]]:
+        return [
+            (e.seq, e.event_id, e.ts_us, e.type.value, e.payload_json, link)
+            for e, link in zip(of, links, strict=True)
+        ]
+
+    assert key.linked(key.genesis, rows(events)) == len(events)
+    assert key.linked(links[0], rows(events)[1:]) == len(events) - 1
+    assert key.linked(links[0], rows(events)) == 0  # a window read from the wrong place
+    index = data.draw(st.integers(0, len(events) - 1))
+    edited = list(events)
+    edited[index] = data.draw(edits(events[index]))
+    assert key.linked(key.genesis, rows(edited)) == index

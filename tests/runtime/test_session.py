@@ -579,7 +579,7 @@ def _interrupted(ws: Path) -> str:
 
 
 def test_a_payload_is_decoded_as_json_loads_would_decode_it() -> None:
-    from acode.runtime.session import _object
+    from acode.runtime.replay import _object
 
     assert _object('{"i":0,"ok":[true,null]}') == {"i": 0, "ok": [True, None]}
     assert _object(' {"i": 0} ') == {"i": 0}  # not acode's canonical form: json.loads reads it
@@ -587,7 +587,7 @@ def test_a_payload_is_decoded_as_json_loads_would_decode_it() -> None:
 
 @pytest.mark.parametrize("payload", ["[1, 2]", '{"step": 1} {}', '{"step": '])
 def test_a_payload_that_is_not_one_object_is_refused(payload: str) -> None:
-    from acode.runtime.session import _object
+    from acode.runtime.replay import _object
 
     with pytest.raises(ValueError):  # noqa: PT011 (json's and acode's own messages alike)
         _object(payload)
@@ -614,9 +614,9 @@ def test_an_edited_payload_never_reaches_the_replay(workspace: Path, payload: st
 
 
 def test_a_replay_across_read_windows_returns_every_result(workspace: Path) -> None:
-    from acode.runtime import session as session_module
+    from acode.runtime import replay
 
-    steps = session_module._REPLAY_WINDOW * 2 + 3  # the history is read a window at a time
+    steps = replay.REPLAY_WINDOW * 2 + 3  # the history is read a window at a time
     config = workspace / ".agent" / "config.yml"
     config.parent.mkdir(parents=True)
     config.write_text("durability: normal\n", encoding="utf-8")  # quick to record
@@ -632,6 +632,48 @@ def test_a_replay_across_read_windows_returns_every_result(workspace: Path) -> N
             assert again.step(f"s{i}", lambda ctx: ran.append(ctx.position)) == {"at": i}
         again.step("new", lambda ctx: ran.append(ctx.position))
     assert ran == [steps]
+
+
+def test_an_edit_in_a_later_window_stops_the_replay_there(workspace: Path) -> None:
+    """The replay checks every window it reads, not just the first: the steps of the
+    windows before the edited event are returned, the call that reaches the window
+    holding it is refused (a window is checked whole when it is read), nothing runs."""
+    import sqlite3
+
+    from acode.runtime import replay
+
+    steps = replay.REPLAY_WINDOW + 20
+    config = workspace / ".agent" / "config.yml"
+    config.parent.mkdir(parents=True)
+    config.write_text("durability: normal\n", encoding="utf-8")  # quick to record
+    s = acode.open_session("long", workspace=workspace)
+    for i in range(steps):
+        s.step(f"s{i}", lambda ctx: {"at": ctx.position})
+    s.pause("test")
+    s.close()
+    edited = steps - 10
+    with sqlite3.connect(StatePaths(workspace).db, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS events_are_append_only_update")
+        found = conn.execute(
+            "SELECT seq FROM events WHERE payload LIKE ?", (f'%"step":"s{edited}"%',)
+        ).fetchone()
+        conn.execute(
+            "UPDATE events SET payload = replace(payload, ?, ?) WHERE seq = ?",
+            (f'"at":{edited}', '"at":0', found[0]),
+        )
+
+    ran: list[int] = []
+    again = acode.resume_session(s.id, workspace=workspace)
+    returned = 0
+    try:
+        with pytest.raises(acode.AcodeError, match=rf"event {found[0]} .* does not match"):
+            for i in range(steps):
+                assert again.step(f"s{i}", lambda ctx: ran.append(ctx.position)) == {"at": i}
+                returned += 1
+        assert replay.REPLAY_WINDOW - 10 < returned <= edited
+        assert ran == []
+    finally:
+        again.close()
 
 
 def _made_again(value: Any) -> Any:

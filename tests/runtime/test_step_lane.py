@@ -33,7 +33,8 @@ from acode.errors import (
 )
 from acode.runtime.journal import SUMMARY_EVERY, verify_history
 from acode.runtime.observer import StepNotice
-from acode.runtime.session import _REPLAY_WINDOW, Session
+from acode.runtime.replay import REPLAY_WINDOW
+from acode.runtime.session import Session
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.sqlite_store import open_store
@@ -250,7 +251,7 @@ def test_only_the_steps_the_lane_cannot_take_go_the_general_way(
 
 # Where the step with a row falls: in the first window; with its start record the last
 # event of the first window and its completion the first of the next; in a later window.
-@pytest.mark.parametrize("before", [0, _REPLAY_WINDOW - 3, _REPLAY_WINDOW + 3])
+@pytest.mark.parametrize("before", [0, REPLAY_WINDOW - 3, REPLAY_WINDOW + 3])
 def test_a_replayed_step_with_a_row_is_held_to_it(workspace: Path, before: int) -> None:
     """A completed step with a `steps` row goes the general way on replay, which holds
     the row to the step's events, wherever they fall among the replay's windows: the

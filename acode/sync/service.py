@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from acode.errors import AcodeError, SchemaTooNewError
+from acode.errors import AcodeError, RemoteUnavailable, SchemaTooNewError
 from acode.store.connection import connect
 from acode.store.sqlite_store import SqliteStore
 from acode.store.sync_state import SyncLedger
@@ -29,7 +29,6 @@ from acode.sync.remote import (
     LeaseHolder,
     Remote,
     RemoteSession,
-    RemoteUnavailable,
     connect_remote,
 )
 

@@ -104,7 +104,7 @@ def _drawn_parents() -> dict[str, str | None]:
 
 
 def _subclasses(root: type) -> set[type]:
-    found = {root}
+    found: set[type] = {root}
     for sub in root.__subclasses__():
         found |= _subclasses(sub)
     return found
@@ -124,7 +124,8 @@ def test_the_error_tree_draws_every_error_class() -> None:
 
     drawn = _drawn_parents()
     assert drawn == {
-        cls.__name__: None if cls is errors.AcodeError else cls.__base__.__name__ for cls in classes
+        cls.__name__: None if cls is errors.AcodeError else cls.__mro__[1].__name__
+        for cls in classes
     }
     for cls in classes:
         assert cls.__name__ in errors.__all__, cls

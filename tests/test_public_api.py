@@ -103,8 +103,8 @@ def _drawn_parents() -> dict[str, str | None]:
     return parents
 
 
-def _subclasses(root: type) -> set[type]:
-    found: set[type] = {root}
+def _subclasses(root: type[Exception]) -> set[type[Exception]]:
+    found = {root}
     for sub in root.__subclasses__():
         found |= _subclasses(sub)
     return found

@@ -56,6 +56,21 @@ def test_every_exported_name_resolves() -> None:
         assert getattr(acode, name) is not None
 
 
+def test_open_session_takes_what_a_library_caller_passes() -> None:
+    """What acode's own commands record besides (a plan, an agent's task, a mode, a clock)
+    goes through ``acode.runtime.lifecycle.start_session``, not the library's entry point;
+    docs/library.md shows the same signature."""
+    import inspect
+
+    parameters = inspect.signature(acode.open_session).parameters.values()
+    assert [p.name for p in parameters] == ["title", "workspace", "config", "observer", "approver"]
+    assert [p.name for p in parameters if p.kind is p.KEYWORD_ONLY] == ["observer", "approver"]
+    documented = (
+        '`acode.open_session(title, workspace=".", config=None, *, observer=None, approver=None)`'
+    )
+    assert documented in (ROOT / "docs" / "library.md").read_text(encoding="utf-8")
+
+
 def test_exported_names_read_as_acode_names() -> None:
     """A traceback, a repr and a pickle name them as callers do: ``acode.StepFailedError``."""
     for name in acode.__all__:

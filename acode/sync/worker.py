@@ -15,11 +15,11 @@ import threading
 import time
 from pathlib import Path
 
+from acode.domain.backoff import Backoff
 from acode.errors import AcodeError, RemoteUnavailable
 from acode.store.connection import connect
 from acode.store.sqlite_store import SqliteStore
 from acode.store.sync_state import SyncLedger
-from acode.sync.backoff import Backoff
 from acode.sync.dsn import describe_remote
 from acode.sync.notices import NoticeKind, Report, SyncNotice, now_us, reconnected, record_failure
 from acode.sync.pusher import push_session

@@ -9,12 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from acode.cli.entry import main, workspace_dir
-from acode.cli.options import (
-    JsonOption,
-    RecentSessionArgument,
-    SessionArgument,
-    WorkspaceOption,
-)
+from acode.cli.options import JsonOption, RecentSessionArgument, SessionArgument, WorkspaceOption
 from acode.errors import UsageError
 
 if TYPE_CHECKING:

@@ -27,42 +27,32 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AcodeConfig",
-    "AcodeError",
-    "ApprovalPending",
-    "ApprovalRequest",
-    "CommandResult",
-    "NonDeterminismError",
-    "PauseRequested",
-    "ResumableSession",
-    "ResumePreview",
-    "Session",
-    "SessionState",
-    "StepContext",
-    "StepFailedError",
-    "__version__",
-    "list_resumable",
-    "open_session",
-    "preview_resume",
-    "python_step",
-    "resume_session",
-]
-
+# The one list of what acode exports: each name and the module that defines it. It is
+# loaded on first use; ``__all__`` is derived from it, and the imports for type checkers
+# below mirror it (tests/test_public_api.py checks that they agree).
 _EXPORTS = {
     "AcodeConfig": "acode.domain.config",
     "AcodeError": "acode.errors",
     "ApprovalPending": "acode.errors",
     "ApprovalRequest": "acode.runtime.observer",
+    "CheckpointError": "acode.errors",
     "CommandResult": "acode.runtime.process",
+    "EnvironmentValidationError": "acode.errors",
+    "ModelError": "acode.errors",
     "NonDeterminismError": "acode.errors",
+    "NothingToResumeError": "acode.errors",
     "PauseRequested": "acode.errors",
     "ResumePreview": "acode.resume.service",
     "ResumableSession": "acode.resume.listing",
     "Session": "acode.runtime.session",
+    "SessionLockedError": "acode.errors",
+    "SessionNotFoundError": "acode.errors",
     "SessionState": "acode.domain.states",
     "StepContext": "acode.runtime.steps.base",
     "StepFailedError": "acode.errors",
+    "StorageError": "acode.errors",
+    "TerminalStateError": "acode.errors",
+    "UsageError": "acode.errors",
     "list_resumable": "acode.resume.listing",
     "open_session": "acode.runtime.lifecycle",
     "preview_resume": "acode.resume.service",
@@ -70,24 +60,36 @@ _EXPORTS = {
     "resume_session": "acode.resume.service",
 }
 
-if TYPE_CHECKING:
-    from acode.domain.config import AcodeConfig
-    from acode.domain.states import SessionState
-    from acode.errors import (
-        AcodeError,
-        ApprovalPending,
-        NonDeterminismError,
-        PauseRequested,
-        StepFailedError,
-    )
-    from acode.resume.listing import ResumableSession, list_resumable
-    from acode.resume.service import ResumePreview, preview_resume, resume_session
-    from acode.runtime.lifecycle import open_session
-    from acode.runtime.observer import ApprovalRequest
-    from acode.runtime.process import CommandResult
-    from acode.runtime.session import Session
-    from acode.runtime.steps.base import StepContext
-    from acode.runtime.steps.python_step import python_step
+__all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604 (derived, pinned by a test)
+
+if TYPE_CHECKING:  # ``X as X``: re-exported, for type checkers
+    from acode.domain.config import AcodeConfig as AcodeConfig
+    from acode.domain.states import SessionState as SessionState
+    from acode.errors import AcodeError as AcodeError
+    from acode.errors import ApprovalPending as ApprovalPending
+    from acode.errors import CheckpointError as CheckpointError
+    from acode.errors import EnvironmentValidationError as EnvironmentValidationError
+    from acode.errors import ModelError as ModelError
+    from acode.errors import NonDeterminismError as NonDeterminismError
+    from acode.errors import NothingToResumeError as NothingToResumeError
+    from acode.errors import PauseRequested as PauseRequested
+    from acode.errors import SessionLockedError as SessionLockedError
+    from acode.errors import SessionNotFoundError as SessionNotFoundError
+    from acode.errors import StepFailedError as StepFailedError
+    from acode.errors import StorageError as StorageError
+    from acode.errors import TerminalStateError as TerminalStateError
+    from acode.errors import UsageError as UsageError
+    from acode.resume.listing import ResumableSession as ResumableSession
+    from acode.resume.listing import list_resumable as list_resumable
+    from acode.resume.service import ResumePreview as ResumePreview
+    from acode.resume.service import preview_resume as preview_resume
+    from acode.resume.service import resume_session as resume_session
+    from acode.runtime.lifecycle import open_session as open_session
+    from acode.runtime.observer import ApprovalRequest as ApprovalRequest
+    from acode.runtime.process import CommandResult as CommandResult
+    from acode.runtime.session import Session as Session
+    from acode.runtime.steps.base import StepContext as StepContext
+    from acode.runtime.steps.python_step import python_step as python_step
 
 
 def __getattr__(name: str) -> Any:
@@ -95,5 +97,8 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'acode' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
+    # Shown, pickled and documented as ``acode.Name``, the name a caller uses (httpx does
+    # the same): where it is defined inside the package is not part of the API.
+    value.__module__ = "acode"
     globals()[name] = value
     return value

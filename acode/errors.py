@@ -7,7 +7,8 @@ exit status the CLI returns for it, and a hint that says what to do next::
     ├── UsageError                 bad argument or flag                         exit 2
     │   ├── ConfigError            .agent/config.yml is invalid                 exit 2
     │   ├── PlanError              a plan file is malformed                     exit 2
-    │   └── AmbiguousSessionError  an id prefix matches several sessions        exit 2
+    │   ├── AmbiguousSessionError  an id prefix matches several sessions        exit 2
+    │   └── CookieError            no cookie, or not the work session's (WORK-001) exit 2
     ├── SessionNotFoundError       no session has that id                       exit 1
     ├── NothingToResumeError       ACODE-RESUME-001                             exit 14
     ├── TerminalStateError         ACODE-RESUME-002                             exit 15
@@ -20,14 +21,21 @@ exit status the CLI returns for it, and a hint that says what to do next::
     ├── NonDeterminismError        ACODE-RESUME-007                             exit 1
     ├── StepFailedError            a step's action failed                       exit 1
     ├── ModelError                 the model endpoint failed                    exit 1
+    │   └── ModelBusyError         it took the request, gave no answer in time  exit 1
     ├── StorageError               the database cannot be used                  exit 1
     │   ├── SchemaTooNewError      written by a newer acode                     exit 1
-    │   └── DatabaseDamagedError   empty, truncated or corrupt (ACODE-DB-003)   exit 1
-    └── EnvironmentFaultError      a full disk, a read-only file system (ENV-*) exit 1
+    │   ├── DatabaseDamagedError   empty, truncated or corrupt (ACODE-DB-003)   exit 1
+    │   └── RemoteUnavailable      the sync remote cannot be used for now       exit 1
+    ├── EnvironmentFaultError      a full disk, a read-only file system (ENV-*) exit 1
+    └── WorkNotFoundError          no task or work session with that id (WORK-003) exit 1
 
 Control flow that is not a failure lives outside the hierarchy: ``PauseRequested``
 (Ctrl+C / SIGTERM, exit 130) and ``ApprovalPending`` (an approval no one can answer
 now, exit 20).
+
+Every error class is defined here and listed in ``__all__``; ``acode`` exports those a
+library caller catches (docs/library.md, "Errors"). tests/test_public_api.py checks this
+tree against the classes.
 """
 
 from __future__ import annotations
@@ -44,15 +52,18 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "ContinuationError",
+    "CookieError",
     "DatabaseDamagedError",
     "EnvironmentFaultError",
     "EnvironmentValidationError",
     "ErrorCode",
+    "ModelBusyError",
     "ModelError",
     "NonDeterminismError",
     "NothingToResumeError",
     "PauseRequested",
     "PlanError",
+    "RemoteUnavailable",
     "SchemaTooNewError",
     "SessionLockedError",
     "SessionNotFoundError",
@@ -61,6 +72,7 @@ __all__ = [
     "TerminalStateError",
     "TooOldForAutopilotError",
     "UsageError",
+    "WorkNotFoundError",
 ]
 
 EXIT_APPROVAL_PENDING = 20
@@ -222,6 +234,19 @@ class DatabaseDamagedError(StorageError):
     truncated, or corrupt. acode never writes over it."""
 
     code = ErrorCode.DATABASE_DAMAGED
+
+
+class RemoteUnavailable(StorageError):
+    """The remote could not be used for now; ``reason`` says why, in a few words."""
+
+    def __init__(self, remote: str, reason: str) -> None:
+        super().__init__(
+            f"cannot sync with the remote {remote}: {reason}",
+            hint="nothing is lost: the events stay in the local database and are pushed when "
+            "the remote answers again (`acode sync --wait` waits for it)",
+        )
+        self.remote = remote
+        self.reason = reason
 
 
 class EnvironmentFaultError(AcodeError):

@@ -29,7 +29,7 @@ from acode.resume.service import select_for_resume
 from acode.runtime.catalog import recorded_plan
 from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal
-from acode.runtime.lifecycle import existing_workspace
+from acode.runtime.lifecycle import existing_workspace, start_session
 from acode.runtime.snapshot import snapshot_worktree
 from acode.security.signing import load_signer
 from acode.store.records import SessionRow
@@ -80,7 +80,7 @@ def plan_session(workspace: Path, steps: int) -> str:
         for i, path in enumerate(paths)
     )
     plan = Plan("budget", (TaskSpec("t", "read everything", specs),))
-    session = acode.open_session("budget", workspace, plan=plan)
+    session = start_session("budget", workspace, plan=plan)
     for spec in specs[:steps]:
         session.read(spec.id, spec.target, task=spec.task_id)
     session.close()

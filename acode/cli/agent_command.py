@@ -56,7 +56,7 @@ def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
     from acode.resume.environment import check_model
     from acode.resume.modes import Mode
     from acode.runtime.interrupts import Interrupts
-    from acode.runtime.lifecycle import open_session
+    from acode.runtime.lifecycle import start_session
 
     for dotted, value in req.overrides.items():
         section, _, key = dotted.partition(".")
@@ -77,7 +77,7 @@ def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
         raise EnvironmentValidationError(f"cannot start: {model.problem}", hint=hint)
     observer = choose_observer(req.as_json)
     with Interrupts().installed() as interrupts:
-        session = open_session(
+        session = start_session(
             task_title(req.task),
             req.workspace,
             config,

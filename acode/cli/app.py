@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from acode.cli.entry import main, workspace_dir
+from acode.cli.options import JsonOption, RecentSessionArgument, SessionArgument, WorkspaceOption
 from acode.errors import UsageError
 
 if TYPE_CHECKING:
@@ -27,6 +28,29 @@ app = typer.Typer(
 )
 session_app = typer.Typer(help="List, inspect and manage sessions.", no_args_is_help=True)
 app.add_typer(session_app, name="session")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from acode import __version__
+
+        print(f"acode {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print acode's version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
+    """The options of `acode` itself, before any command."""
 
 
 def _commands_for(argv: list[str]) -> None:
@@ -61,19 +85,6 @@ def _keep_only(group: typer.Typer, words: list[str]) -> bool:
     group.registered_commands = [commands[words[0]]] if words[0] in commands else []
     group.registered_groups = [groups[words[0]]] if words[0] in groups else []
     return True
-
-
-WorkspaceOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--workspace",
-        "-w",
-        help="Workspace directory (default: the nearest parent holding .agent/, else the "
-        "current directory).",
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
-SessionArgument = Annotated[str, typer.Argument(help="Session id or a unique prefix of it.")]
 
 
 @app.command()
@@ -280,9 +291,7 @@ def _strategy(value: str | None) -> Strategy | None:
 
 @app.command()
 def status(
-    session_id: Annotated[
-        str | None, typer.Argument(help="Session id or prefix (default: the most recent).")
-    ] = None,
+    session_id: RecentSessionArgument = None,
     workspace: WorkspaceOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -349,7 +358,9 @@ def session_show(
 
 @session_app.command("history")
 def session_history(
-    session_id: SessionArgument, workspace: WorkspaceOption = None, as_json: JsonOption = False
+    session_id: RecentSessionArgument = None,
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Show a session's events in replay order (timestamp, then event id)."""
     from acode.cli import inspect

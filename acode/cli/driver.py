@@ -83,14 +83,14 @@ def start_plan(
     end or to a stop."""
     from acode.resume.modes import Mode
     from acode.runtime.interrupts import Interrupts
-    from acode.runtime.lifecycle import open_session
+    from acode.runtime.lifecycle import start_session
 
     total = len(plan.steps())
     from acode.cli.progress import choose_observer
 
     observer = choose_observer(as_json)
     with Interrupts().installed() as interrupts:
-        session = open_session(
+        session = start_session(
             plan.title,
             ws,
             plan=plan,

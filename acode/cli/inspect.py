@@ -43,10 +43,7 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
     remote = configured_remote(workspace)
     with read_store(workspace) as store:
         if store is None:
-            raise NothingToResumeError(
-                f"no sessions in {workspace}",
-                hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`',
-            )
+            raise _no_sessions(workspace)
         detail = session_detail(store, workspace, session_id)
         sync = sync_status(store, detail.row, remote)
         position = _position(store, detail)
@@ -58,6 +55,14 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
         sync=sync,
         usage=detail.usage,
         position=position,
+    )
+
+
+def _no_sessions(workspace: Path) -> NothingToResumeError:
+    """For a command that shows the most recent session where there is none."""
+    return NothingToResumeError(
+        f"no sessions in {workspace}",
+        hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`',
     )
 
 
@@ -124,11 +129,13 @@ def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
         print_steps(detail.steps)
 
 
-def session_history(workspace: Path, session_id: str, as_json: bool) -> None:
+def session_history(workspace: Path, session_id: str | None, as_json: bool) -> None:
     from acode.runtime.inspection import session_events
 
     with read_store(workspace) as store:
         if store is None:
+            if session_id is None:
+                raise _no_sessions(workspace)
             raise SessionNotFoundError(f"no session {session_id!r}: {workspace} has no sessions")
         events = session_events(store, session_id)
     print_history(events, as_json)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from acode.cli.console import count, emit_json, out_console
+from acode.cli.options import JsonOption, WorkspaceOption
 
 if TYPE_CHECKING:
     from acode.domain.work import Task, WorkSession
@@ -28,13 +29,6 @@ breadcrumb_app = typer.Typer(
 )
 wsession_app.add_typer(breadcrumb_app, name="breadcrumb")
 
-Workspace_ = Annotated[
-    Path | None,
-    typer.Option(
-        "--workspace", "-w", help="Workspace directory (default: the nearest with .agent/)."
-    ),
-]
-Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 TaskId = Annotated[str, typer.Argument(help="The task id, e.g. task-001.", metavar="TASK")]
 WsessionId = Annotated[
     str,
@@ -53,7 +47,7 @@ Engine = Annotated[
 
 def _ws(option: Path | None) -> Workspace:
     """The workspace, with whatever a killed command left half done finished first."""
-    from acode.cli.app import workspace_dir
+    from acode.cli.entry import workspace_dir
     from acode.runtime.lifecycle import open_workspace
     from acode.work.sessions import repair
 
@@ -90,8 +84,8 @@ def task_add(
     title: Annotated[str, typer.Argument(help="What the task is.")],
     description: Annotated[str, typer.Option("--description", "-d", help="More detail.")] = "",
     parent: Annotated[str | None, typer.Option("--parent", help="The parent task's id.")] = None,
-    workspace: Workspace_ = None,
-    as_json: Json = False,
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Add a task (written to docs/acode/tasks/task-NNN.json)."""
     from acode.work.tasks import TASKS_DIR, add_task
@@ -104,7 +98,7 @@ def task_add(
 
 
 @task_app.command("list")
-def task_list(workspace: Workspace_ = None, as_json: Json = False) -> None:
+def task_list(workspace: WorkspaceOption = None, as_json: JsonOption = False) -> None:
     """List the tasks with their status."""
     from acode.work.tasks import list_tasks
 
@@ -117,7 +111,9 @@ def task_list(workspace: Workspace_ = None, as_json: Json = False) -> None:
 
 
 @task_app.command("show")
-def task_show(task_id: TaskId, workspace: Workspace_ = None, as_json: Json = False) -> None:
+def task_show(
+    task_id: TaskId, workspace: WorkspaceOption = None, as_json: JsonOption = False
+) -> None:
     """Show a task and its work sessions."""
     from acode.work.sessions import list_work_sessions
     from acode.work.tasks import find_task
@@ -139,8 +135,8 @@ def task_show(task_id: TaskId, workspace: Workspace_ = None, as_json: Json = Fal
 def task_done(
     task_id: TaskId,
     summary: Summary = None,
-    workspace: Workspace_ = None,
-    as_json: Json = False,
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Mark a task done; its active work session is closed (a subtask's summary goes to
     its parent's work session)."""
@@ -168,11 +164,11 @@ def task_done(
 def settings_set(
     key: Annotated[str, typer.Argument(help="ai_stacking_mode, work_engine or durability.")],
     value: Annotated[str, typer.Argument(help="The new value.")],
-    workspace: Workspace_ = None,
-    as_json: Json = False,
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Change a setting in .agent/config.yml (comments and other keys are kept)."""
-    from acode.cli.app import workspace_dir
+    from acode.cli.entry import workspace_dir
     from acode.runtime.config import set_setting
 
     config = set_setting(workspace_dir(workspace), key, value)
@@ -197,8 +193,8 @@ def settings_set(
 @settings_app.command("get")
 def settings_get(
     key: Annotated[str, typer.Argument(help="The setting.")],
-    workspace: Workspace_ = None,
-    as_json: Json = False,
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Print the value of one setting."""
     from acode.runtime.config import SETTABLE
@@ -219,7 +215,7 @@ def settings_get(
 
 
 @settings_app.command("list")
-def settings_list(workspace: Workspace_ = None, as_json: Json = False) -> None:
+def settings_list(workspace: WorkspaceOption = None, as_json: JsonOption = False) -> None:
     """Print every setting `acode settings` changes, with what it means."""
     from acode.runtime.config import SETTABLE
 
@@ -324,8 +320,8 @@ def _engine_id(turn: EngineTurn) -> str:
 def work_task(
     task_id: TaskId,
     engine: Engine = None,
-    workspace: Workspace_ = None,
-    as_json: Json = False,
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Start a work session on a task: the engine starts with the task and the cookie."""
     from acode.work.prompts import start_prompt
@@ -380,8 +376,8 @@ def work_spawn(
     from_task: Annotated[str, typer.Option("--from-task", help="The parent task's id.")],
     title: Annotated[str, typer.Option("--title", help="The subtask's title.")],
     engine: Engine = None,
-    workspace: Workspace_ = None,
-    as_json: Json = False,
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Spawn a subtask of a task with an active work session: its own task file, work
     session, cookie and engine session, linked to the parent."""
@@ -400,7 +396,7 @@ def work_spawn(
 
 @work_app.command("resume")
 def work_resume(
-    wsession_id: WsessionId, workspace: Workspace_ = None, as_json: Json = False
+    wsession_id: WsessionId, workspace: WorkspaceOption = None, as_json: JsonOption = False
 ) -> None:
     """Resume the engine's recorded session; when the engine has forgotten it, start a new
     one with the context rebuilt from the task, breadcrumbs and subtasks."""
@@ -416,8 +412,8 @@ def work_resume(
 def work_close(
     wsession_id: WsessionId,
     summary: Summary = None,
-    workspace: Workspace_ = None,
-    as_json: Json = False,
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Close a work session: its task is done; a subtask's summary goes to the parent."""
     from acode.work.sessions import close_work
@@ -442,7 +438,7 @@ def _closed_lines(closed: WorkSession) -> list[str]:
 
 
 @work_app.command("list")
-def work_list(workspace: Workspace_ = None, as_json: Json = False) -> None:
+def work_list(workspace: WorkspaceOption = None, as_json: JsonOption = False) -> None:
     """List the work sessions, most recent first."""
     from acode.work.sessions import list_work_sessions
 
@@ -460,7 +456,9 @@ def work_list(workspace: Workspace_ = None, as_json: Json = False) -> None:
 
 
 @work_app.command("show")
-def work_show(wsession_id: WsessionId, workspace: Workspace_ = None, as_json: Json = False) -> None:
+def work_show(
+    wsession_id: WsessionId, workspace: WorkspaceOption = None, as_json: JsonOption = False
+) -> None:
     """Show a work session: engine sessions, breadcrumbs, subtasks."""
     from acode.work.sessions import work_session
 
@@ -504,8 +502,8 @@ def breadcrumb_add(
         str, typer.Option("--message", help='Text, or JSON {"message", "kind", "files", "data"}.')
     ],
     cookie: Cookie = None,
-    workspace: Workspace_ = None,
-    as_json: Json = False,
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Record a breadcrumb in the active work session the cookie names."""
     from acode.work.inbox import INBOX_ENV, add_through
@@ -531,7 +529,7 @@ def breadcrumb_add(
 
 @breadcrumb_app.command("list")
 def breadcrumb_list(
-    cookie: Cookie = None, workspace: Workspace_ = None, as_json: Json = False
+    cookie: Cookie = None, workspace: WorkspaceOption = None, as_json: JsonOption = False
 ) -> None:
     """List the breadcrumbs of the active work session the cookie names."""
     from acode.work.inbox import INBOX_ENV, list_through

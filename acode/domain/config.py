@@ -20,6 +20,7 @@ from acode.errors import ConfigError
 
 __all__ = [
     "DEFAULT_ENGINES",
+    "ENGINE_CLIS",
     "ENGINE_NAMES",
     "AcodeConfig",
     "AgentSettings",
@@ -68,12 +69,15 @@ class AgentSettings:
 class EngineConfig:
     """How to start one AI engine CLI of a work session (``engines.<name>``)."""
 
-    command: str
-    args: tuple[str, ...] = ()
+    command: str  # the executable ("codex", "claude", "aider", or a path); "command": a template
+    args: tuple[str, ...] = ()  # extra arguments, put before the prompt on start and resume
     timeout_seconds: float = 1800.0
 
 
+# The engines a work session can drive: the CLIs configured under ``engines.<name>``, and
+# "agent", acode's own loop, which needs no entry.
 ENGINE_NAMES: Final = ("claude", "codex", "aider", "command", "agent")
+ENGINE_CLIS: Final = tuple(name for name in ENGINE_NAMES if name != "agent")
 DEFAULT_ENGINES: Final[Mapping[str, EngineConfig]] = {
     "claude": EngineConfig("claude"),
     "codex": EngineConfig("codex"),
@@ -402,10 +406,8 @@ def _parse_engines(data: object, problems: list[str]) -> dict[str, EngineConfig]
         problems.append(f"engines: expected a mapping of engine names, got {_show(data)}")
         return engines
     for name, where, entry in _entries("engines", data, _ENGINE_KEYS, problems):
-        if name not in ENGINE_NAMES or name == "agent":
-            problems.append(
-                f"{where}: {_unknown_key(name, [n for n in ENGINE_NAMES if n != 'agent'])}"
-            )
+        if name not in ENGINE_CLIS:
+            problems.append(f"{where}: {_unknown_key(name, list(ENGINE_CLIS))}")
             continue
         command = _check(_text(), entry.get("command"), f"{where}.command", problems)
         args = entry.get("args", [])

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SessionDetail",
+    "chosen_session",
     "lock_holder",
     "model_usage",
     "read_store",
@@ -61,22 +62,11 @@ def lock_holder(workspace: Path, session_id: str) -> str | None:
 
 
 def session_detail(store: SqliteStore, workspace: Path, id_or_prefix: str | None) -> SessionDetail:
-    from acode.errors import NothingToResumeError
-    from acode.runtime.catalog import find_session
     from acode.runtime.clock import SystemClock
     from acode.runtime.journal import Journal
     from acode.security.signing import load_signer
 
-    if id_or_prefix is None:
-        rows = [r for r in store.sessions() if not r.archived]
-        if not rows:
-            raise NothingToResumeError(
-                "no sessions in this workspace",
-                hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`',
-            )
-        row = rows[0]
-    else:
-        row = find_session(store, id_or_prefix)
+    row = chosen_session(store, id_or_prefix)
     journal = Journal.load(store, row, SystemClock(), load_signer())
     assert journal.summary is not None
     return SessionDetail(
@@ -95,14 +85,30 @@ def model_usage(store: SqliteStore, row: SessionRow) -> Usage:
     return total_usage(store.model_results(row))
 
 
-def session_events(store: SqliteStore, id_or_prefix: str) -> list[Event]:
-    """The session's events in replay order; a disagreement with their sequence
-    numbers is corruption and is reported, never hidden."""
-    from acode.domain.events import replay_order
-    from acode.errors import CheckpointError, ErrorCode
+def chosen_session(store: SqliteStore, id_or_prefix: str | None) -> SessionRow:
+    """The session an id or prefix names; with none, the most recent one not discarded
+    (what `acode status` and `acode session history` show without an id)."""
+    from acode.errors import NothingToResumeError
     from acode.runtime.catalog import find_session
 
-    row = find_session(store, id_or_prefix)
+    if id_or_prefix is not None:
+        return find_session(store, id_or_prefix)
+    rows = [r for r in store.sessions() if not r.archived]
+    if not rows:
+        raise NothingToResumeError(
+            "no sessions in this workspace",
+            hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`',
+        )
+    return rows[0]
+
+
+def session_events(store: SqliteStore, id_or_prefix: str | None) -> list[Event]:
+    """The session's events in replay order (the most recent session's without an id); a
+    disagreement with their sequence numbers is corruption and is reported, never hidden."""
+    from acode.domain.events import replay_order
+    from acode.errors import CheckpointError, ErrorCode
+
+    row = chosen_session(store, id_or_prefix)
     ordered, first_bad = replay_order(store.events(row))
     if first_bad is not None:
         raise CheckpointError(

@@ -38,6 +38,7 @@ __all__ = [
     "open_session",
     "open_workspace",
     "session_config",
+    "start_session",
     "take_lock",
 ]
 
@@ -103,6 +104,23 @@ def open_session(
     workspace: Path | str = ".",
     config: AcodeConfig | None = None,
     *,
+    observer: Observer | None = None,
+    approver: Approver | None = None,
+) -> Session:
+    """Start a new session in ``workspace`` and hold its lock until it is closed.
+
+    ``config`` replaces the workspace's .agent/config.yml; ``observer`` hears of each step,
+    ``approver`` answers approval steps (docs/library.md). The library's way in: acode's
+    own commands start theirs with :func:`start_session`, which also records a plan, an
+    agent's task or a mode."""
+    return start_session(title, workspace, config, observer=observer, approver=approver)
+
+
+def start_session(
+    title: str,
+    workspace: Path | str = ".",
+    config: AcodeConfig | None = None,
+    *,
     plan: Plan | None = None,
     plan_file: Path | None = None,
     agent_task: str | None = None,
@@ -116,7 +134,8 @@ def open_session(
     mode: str | None = None,
     mode_chosen: bool = False,
 ) -> Session:
-    """Start a new session in ``workspace`` and hold its lock until it is closed.
+    """:func:`open_session` with what acode's commands (the plan runner, the agent, work
+    sessions) record besides.
 
     ``agent_task`` makes it an agent session (`acode run "task"`), which records the
     task and the ``overrides`` (``{"section.key": value}``, from command-line flags)

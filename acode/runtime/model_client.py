@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from acode.domain.backoff import Backoff
 from acode.domain.config import ModelSettings
 from acode.domain.json_text import read_json
 from acode.errors import ModelBusyError, ModelError
@@ -45,7 +46,8 @@ _BODY_EXCERPT = 300
 _LIMIT = 64 * 1024 * 1024
 # Statuses by which a server turns a request away unanswered, asking for it later.
 _BUSY = frozenset({429, 503})
-_LONGEST_WAIT_S = 30.0
+# 1, 2, 4 ... seconds when the server names no wait; any wait at most 30 s.
+_BUSY_BACKOFF = Backoff(first=1.0, cap=30.0)
 _LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _UNREACHABLE_HINT = (
     "is it running? For Ollama: `ollama serve`; check model.base_url in .agent/config.yml"
@@ -135,9 +137,8 @@ def busy_wait(error: ModelError, attempt: int) -> float | None:
     if not isinstance(cause, urllib.error.HTTPError) or cause.code not in _BUSY:
         return None
     asked = _retry_after(cause.headers.get("Retry-After") if cause.headers else None)
-    # 2**5 is past the longest wait already; a larger power would only overflow a float.
-    wait = asked if asked is not None else float(2 ** min(attempt, 5))
-    return min(max(wait, 0.0), _LONGEST_WAIT_S)
+    wait = asked if asked is not None else _BUSY_BACKOFF.ceiling(attempt + 1)
+    return min(max(wait, 0.0), _BUSY_BACKOFF.cap)
 
 
 def _retry_after(value: str | None) -> float | None:

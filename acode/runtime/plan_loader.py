@@ -14,7 +14,8 @@ from pathlib import Path
 import yaml
 from yaml.reader import ReaderError
 
-from acode.domain.plan import Plan, PlanProblem, build_plan, plan_error
+from acode.domain.plan import Plan
+from acode.domain.plan_validation import PlanProblem, build_plan, plan_error
 from acode.errors import PlanError
 from acode.runtime.user_files import USER_FILE_LIMIT, UnfitFile, read_user_file
 

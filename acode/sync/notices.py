@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from acode.domain.backoff import Backoff
 from acode.store.sync_state import SyncLedger, SyncStateRow
-from acode.sync.backoff import Backoff
 
 __all__ = [
     "NoticeKind",

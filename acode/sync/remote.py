@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from acode.domain.events import Event, canonical_json
-from acode.errors import StorageError
+from acode.errors import RemoteUnavailable
 from acode.security.redaction import redact, redact_json
 from acode.store.records import CheckpointRow, SessionRow
 from acode.sync.dsn import describe_remote
@@ -35,7 +35,6 @@ __all__ = [
     "LeaseHolder",
     "Remote",
     "RemoteSession",
-    "RemoteUnavailable",
     "connect_remote",
     "failure_reason",
     "mirrored_payload",
@@ -84,19 +83,6 @@ SELECT_SESSIONS = (
     " s.lease_host, s.lease_pid, s.lease_since, s.lease_expires, s.lease_expires >= now()"
     " FROM acode.sessions s ORDER BY s.updated_at DESC, s.id DESC"
 )
-
-
-class RemoteUnavailable(StorageError):
-    """The remote could not be used for now; ``reason`` says why, in a few words."""
-
-    def __init__(self, remote: str, reason: str) -> None:
-        super().__init__(
-            f"cannot sync with the remote {remote}: {reason}",
-            hint="nothing is lost: the events stay in the local database and are pushed when "
-            "the remote answers again (`acode sync --wait` waits for it)",
-        )
-        self.remote = remote
-        self.reason = reason
 
 
 @dataclass(frozen=True)

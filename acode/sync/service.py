@@ -16,11 +16,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from acode.errors import AcodeError, SchemaTooNewError
+from acode.domain.backoff import Backoff
+from acode.errors import AcodeError, RemoteUnavailable, SchemaTooNewError
 from acode.store.connection import connect
 from acode.store.sqlite_store import SqliteStore
 from acode.store.sync_state import SyncLedger
-from acode.sync.backoff import Backoff
 from acode.sync.dsn import describe_remote
 from acode.sync.notices import Report, now_us, reconnected, record_failure
 from acode.sync.pusher import push_session
@@ -29,7 +29,6 @@ from acode.sync.remote import (
     LeaseHolder,
     Remote,
     RemoteSession,
-    RemoteUnavailable,
     connect_remote,
 )
 

@@ -15,15 +15,15 @@ import threading
 import time
 from pathlib import Path
 
-from acode.errors import AcodeError
+from acode.domain.backoff import Backoff
+from acode.errors import AcodeError, RemoteUnavailable
 from acode.store.connection import connect
 from acode.store.sqlite_store import SqliteStore
 from acode.store.sync_state import SyncLedger
-from acode.sync.backoff import Backoff
 from acode.sync.dsn import describe_remote
 from acode.sync.notices import NoticeKind, Report, SyncNotice, now_us, reconnected, record_failure
 from acode.sync.pusher import push_session
-from acode.sync.remote import Lease, Remote, RemoteUnavailable, connect_remote
+from acode.sync.remote import Lease, Remote, connect_remote
 
 __all__ = ["SyncWorker"]
 

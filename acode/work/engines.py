@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from acode.domain.config import ENGINE_CLIS, EngineConfig
 from acode.errors import ConfigError, EnvironmentValidationError, UsageError
 from acode.security.child_env import child_environment
 from acode.work.engine_output import (
@@ -53,27 +54,14 @@ if TYPE_CHECKING:
     import subprocess
 
 __all__ = [
-    "ENGINE_NAMES",
-    "EngineSettings",
     "EngineTurn",
     "check_settings",
     "resume_turn",
     "start_turn",
 ]
 
-ENGINE_NAMES = ("claude", "codex", "aider", "command")
 
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """How to run one engine: ``engines.<name>`` of .agent/config.yml."""
-
-    command: str  # the executable ("codex", "claude", "aider", or a path); "command": a template
-    args: tuple[str, ...] = ()  # extra arguments, put before the prompt on start and resume
-    timeout_seconds: float = 1800.0
-
-
-# Placeholders in an argv template; "{args}" (a whole word) expands to EngineSettings.args.
+# Placeholders in an argv template; "{args}" (a whole word) expands to EngineConfig.args.
 _ARGS, _PROMPT, _ID, _HISTORY = "{args}", "{prompt}", "{session_id}", "{history}"
 _PLACEHOLDER = re.compile(r"\{(prompt|session_id|history|cwd)\}")
 _Parse = Callable[[str, str, int, str | None], EngineTurn]
@@ -148,7 +136,7 @@ _ENGINES: dict[str, _Engine] = {
 
 def start_turn(
     engine: str,
-    settings: EngineSettings,
+    settings: EngineConfig,
     *,
     prompt: str,
     cwd: Path,
@@ -173,7 +161,7 @@ def start_turn(
 
 def resume_turn(
     engine: str,
-    settings: EngineSettings,
+    settings: EngineConfig,
     *,
     session_id: str,
     prompt: str,
@@ -199,7 +187,7 @@ def resume_turn(
     return _turn(engine, settings, spec, argv, cwd, asked=session_id, extra_env=extra_env)
 
 
-def check_settings(engine: str, settings: EngineSettings) -> None:
+def check_settings(engine: str, settings: EngineConfig) -> None:
     """Refuse what no turn of ``engine`` could run with: an unknown engine, a ``command``
     template that is no command line. A missing executable is found by the turn, like
     any other reason it cannot start."""
@@ -212,10 +200,10 @@ def check_settings(engine: str, settings: EngineSettings) -> None:
 
 
 def _check_name(engine: str) -> None:
-    if engine not in ENGINE_NAMES:
+    if engine not in ENGINE_CLIS:
         raise UsageError(
             f"unknown engine {engine!r}",
-            hint=f"use one of: {', '.join(ENGINE_NAMES)} (or 'agent', acode's own loop)",
+            hint=f"use one of: {', '.join(ENGINE_CLIS)} (or 'agent', acode's own loop)",
         )
 
 
@@ -228,7 +216,7 @@ def _has_content(path: Path) -> bool:
 
 def _fill(
     template: tuple[str, ...],
-    settings: EngineSettings,
+    settings: EngineConfig,
     prompt: str,
     session_id: str,
     history_file: Path,
@@ -251,7 +239,7 @@ def _substitute(word: str, values: Mapping[str, str]) -> str:
 
 def _turn(
     engine: str,
-    settings: EngineSettings,
+    settings: EngineConfig,
     spec: _Engine,
     argv: list[str],
     cwd: Path,
@@ -278,7 +266,7 @@ def _environment(extra_env: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _command_turn(
-    settings: EngineSettings,
+    settings: EngineConfig,
     prompt: str,
     cwd: Path,
     *,
@@ -301,7 +289,7 @@ def _command_turn(
     return parse_command(stdout, stderr, returncode, session_id=session_id, asked=asked)
 
 
-def _command_words(settings: EngineSettings) -> list[str]:
+def _command_words(settings: EngineConfig) -> list[str]:
     try:
         words = shlex.split(settings.command)
     except ValueError as exc:

@@ -16,7 +16,7 @@ from acode.domain.work import WorkSession
 from acode.errors import ConfigError
 from acode.runtime.lifecycle import Workspace
 from acode.work.engine_output import EngineTurn
-from acode.work.engines import EngineSettings, check_settings, resume_turn, start_turn
+from acode.work.engines import check_settings, resume_turn, start_turn
 from acode.work.inbox import INBOX_ENV, breadcrumb_inbox
 from acode.work.sessions import COOKIE_ENV, TurnRunner
 
@@ -56,7 +56,7 @@ class _Runner:
 def _engine_turn(
     ws: Workspace,
     engine: str,
-    settings: EngineSettings,
+    settings: EngineConfig,
     prompt: str,
     resume: str | None,
     wsession: WorkSession,
@@ -86,7 +86,7 @@ def _engine_turn(
     )
 
 
-def _settings(ws: Workspace, engine: str) -> EngineSettings:
+def _settings(ws: Workspace, engine: str) -> EngineConfig:
     # Only `command` can be missing: the others have defaults (domain.config.DEFAULT_ENGINES).
     config: EngineConfig | None = ws.config.engines.get(engine)
     if config is None:
@@ -96,7 +96,7 @@ def _settings(ws: Workspace, engine: str) -> EngineSettings:
             hint=f"set it in .agent/config.yml, e.g. engines: {{{engine}: "
             '{command: "my-agent --session {session_id} --prompt {prompt}"}}',
         )
-    return EngineSettings(config.command, config.args, config.timeout_seconds)
+    return config
 
 
 def _engine_env(wsession: WorkSession) -> dict[str, str]:

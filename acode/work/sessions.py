@@ -45,7 +45,7 @@ from acode.errors import (
 from acode.runtime.beneath import Beneath
 from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal
-from acode.runtime.lifecycle import Workspace, now_iso, open_session
+from acode.runtime.lifecycle import Workspace, now_iso, start_session
 from acode.runtime.workspace import STATE_PARTS
 from acode.security.redaction import redact, redact_json
 from acode.security.signing import Signer, load_signer
@@ -367,7 +367,7 @@ def _start(
     parent: WorkSession | None = None,
 ) -> Started:
     task = set_task_status(ws, task.id, TaskStatus.IN_PROGRESS)
-    session = open_session(
+    session = start_session(
         f"{task.id}: {task.title}",
         ws.root,
         ws.config,

@@ -22,7 +22,7 @@ from acode.domain.work import Task, TaskStatus, next_task_id, parse_task
 from acode.errors import UsageError, WorkNotFoundError
 from acode.runtime.beneath import Beneath
 from acode.runtime.clock import SystemClock
-from acode.runtime.lifecycle import Workspace, now_iso, open_session
+from acode.runtime.lifecycle import Workspace, now_iso, start_session
 from acode.runtime.session import Session
 from acode.runtime.user_files import read_user_file
 from acode.runtime.workspace import STATE_PARTS
@@ -58,7 +58,7 @@ def _ledger_id(ws: Workspace) -> str:
             store.close()
         if found:
             return found[-1].id
-        session = open_session("acode tasks", ws.root, ws.config, ledger=_LEDGER_KIND)
+        session = start_session("acode tasks", ws.root, ws.config, ledger=_LEDGER_KIND)
         try:
             return session.id
         finally:

@@ -18,7 +18,7 @@ from acode.domain.config import AcodeConfig, AgentSettings, ModelSettings, Price
 from acode.domain.states import SessionState
 from acode.errors import ModelError, StepFailedError
 from acode.runtime.inspection import model_usage, read_store
-from acode.runtime.lifecycle import open_session
+from acode.runtime.lifecycle import start_session
 from acode.runtime.model_client import request_hash
 from tests.agent.scenario import PLAN, TASK, VALIDATE_PY, expected_login, rules, start_repository
 from tests.support.fake_openai import FakeOpenAI
@@ -44,7 +44,7 @@ def _config(fake: FakeOpenAI, **agent: Any) -> AcodeConfig:
 
 
 def _run(ws: Path, config: AcodeConfig) -> SessionState:
-    with open_session("agent", ws, config, agent_task=TASK) as session:
+    with start_session("agent", ws, config, agent_task=TASK) as session:
         return run_agent(session, TASK)
 
 
@@ -57,7 +57,7 @@ def test_a_task_is_planned_and_done_with_every_tool_call_a_step(
 ) -> None:
     fake.converse(rules())
     shown: list[object] = []
-    with open_session("agent", repo, _config(fake), agent_task=TASK) as session:
+    with start_session("agent", repo, _config(fake), agent_task=TASK) as session:
         assert run_agent(session, TASK, on_plan=shown.append) is SessionState.COMPLETED
         sid = session.id
 
@@ -95,7 +95,10 @@ def test_a_model_outage_mid_conversation_resumes_without_asking_again(
 ) -> None:
     fake.converse(rules())
     config = _config(fake)
-    with pytest.raises(ModelError), open_session("agent", repo, config, agent_task=TASK) as session:
+    with (
+        pytest.raises(ModelError),
+        start_session("agent", repo, config, agent_task=TASK) as session,
+    ):
         sid = session.id
         real_chat = session.chat
         calls = {"n": 0}
@@ -141,7 +144,7 @@ def test_an_invalid_plan_is_sent_back_with_the_problems(fake: FakeOpenAI, repo: 
 def test_a_model_that_never_plans_fails_the_session_clearly(fake: FakeOpenAI, repo: Path) -> None:
     fake.converse([{"tool": "submit_plan", "replies": ["I will not plan."] * 5}])
     with pytest.raises(StepFailedError, match="no valid plan in 2 attempt"):
-        with open_session("agent", repo, _config(fake, plan_attempts=2), agent_task=TASK) as s:
+        with start_session("agent", repo, _config(fake, plan_attempts=2), agent_task=TASK) as s:
             sid = s.id
             run_agent(s, TASK)
     assert len(fake.chat_requests) == 2
@@ -213,7 +216,7 @@ def test_a_long_conversation_is_compacted_by_a_recorded_step(fake: FakeOpenAI, r
     )
     config = _config(fake, max_turns=6)
     config = replace(config, model=replace(config.model, context_tokens=3000, max_tokens=200))
-    with open_session("agent", repo, config, agent_task=TASK) as session:
+    with start_session("agent", repo, config, agent_task=TASK) as session:
         assert run_agent(session, TASK) is SessionState.COMPLETED
         sid = session.id
     compacted = [b for b in _bodies(fake) if any(
@@ -236,7 +239,7 @@ def test_tokens_and_cost_add_up_per_session(fake: FakeOpenAI, repo: Path) -> Non
         ]
     fake.converse(script)
     config = replace(_config(fake), pricing={"fake-model": Price(input=2.0, output=10.0)})
-    with open_session("agent", repo, config, agent_task=TASK) as session:
+    with start_session("agent", repo, config, agent_task=TASK) as session:
         run_agent(session, TASK)
         sid = session.id
     with read_store(repo) as store:

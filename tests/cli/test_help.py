@@ -131,6 +131,17 @@ def test_every_command_and_group_has_a_description(helps: Helps) -> None:
         assert _section(result.out, "Options"), result.describe()
 
 
+def test_version_prints_the_version(acode: Cli) -> None:
+    """On main `--version` was "No such option" (exit 2)."""
+    import acode as library
+
+    shown = acode("--version")
+
+    assert shown.out == f"acode {library.__version__}\n"
+    assert shown.err == ""
+    assert "--version" in (DOCS.read_text(encoding="utf-8"))
+
+
 def test_a_bare_group_prints_its_help(acode: Cli) -> None:
     bare, group = acode.many([[], ["session"]], expect=2)
 

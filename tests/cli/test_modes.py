@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import acode as library
+from acode.runtime.lifecycle import start_session
 from acode.runtime.plan_loader import load_plan
 from tests.cli.conftest import Cli, OpenTerminal, plan_yaml, read_pids, step_started
 
@@ -73,7 +73,7 @@ def _paused_days_ago(
         f"{prefix}.yml",
         plan_yaml(title, f'{{id: one, write: {prefix}-1.txt, content: "1\\n"}}'),
     )
-    session = library.open_session(
+    session = start_session(
         title, workspace=acode.workspace, plan=load_plan(plan_file), clock=_DaysAgo(days)
     )
     session.pause("interrupted")

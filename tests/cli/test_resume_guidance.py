@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import acode as library
+from acode.runtime.lifecycle import start_session
 from tests.cli.conftest import Cli, Result, plan_yaml, step_started
 
 __all__: list[str] = []
@@ -148,7 +148,7 @@ def test_a_finished_agent_session_names_its_task_quoted_for_the_shell(
     monkeypatch.setenv("ACODE_CHECKPOINT_SECRET", acode.env["ACODE_CHECKPOINT_SECRET"])
     monkeypatch.setenv("XDG_CONFIG_HOME", acode.env["XDG_CONFIG_HOME"])
     task = """Fix the "login" bug; don't touch $HOME or `tests`"""
-    session = library.open_session(task, acode.workspace, agent_task=task)
+    session = start_session(task, acode.workspace, agent_task=task)
     session.complete()
     session.close()
 

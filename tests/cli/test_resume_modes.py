@@ -243,9 +243,10 @@ def test_a_session_that_cannot_be_trusted_offers_verify_export_and_discard(
 LIBRARY = """\
 import sys
 import acode
+from acode.runtime.lifecycle import start_session
 from acode.runtime.plan_loader import load_plan
 
-session = acode.open_session("Other steps", workspace=".", plan=load_plan("plan.yml"))
+session = start_session("Other steps", workspace=".", plan=load_plan("plan.yml"))
 print(session.id, flush=True)
 session.run("other", "echo $$ >> other.pids; exec sleep 30")
 """

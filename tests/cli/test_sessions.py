@@ -152,6 +152,19 @@ def test_status_shows_the_most_recent_session_by_default(two: Two) -> None:
     assert "Lock:    free" in lines
 
 
+def test_session_history_shows_the_most_recent_session_by_default(two: Two) -> None:
+    """Like `acode status`: on main the id was required (exit 2, "Missing argument")."""
+    latest, named = two.acode.many(
+        [
+            ["session", "history", "--json"],
+            ["session", "history", two.waiting["short_id"], "--json"],
+        ]
+    )
+
+    assert latest.json() == named.json()
+    assert latest.json()[0]["payload"]["title"] == "Waiting work"
+
+
 def test_status_json_of_a_named_session(two: Two) -> None:
     data = two.acode("status", two.done["short_id"], "--json").json()
 
@@ -204,14 +217,16 @@ def test_a_malformed_id_is_a_usage_error(two: Two) -> None:
 
 
 def test_an_empty_workspace_has_no_sessions(acode: Cli) -> None:
-    table, as_json, status = acode.many(
-        [["session", "list"], ["session", "list", "--json"], ["status"]], expect=None
+    table, as_json, status, history = acode.many(
+        [["session", "list"], ["session", "list", "--json"], ["status"], ["session", "history"]],
+        expect=None,
     )
 
     assert table.out == "No sessions here yet. Start one with: acode run PLAN.yaml\n"
     assert as_json.json() == []
-    assert (table.code, as_json.code, status.code) == (0, 0, 14)
+    assert (table.code, as_json.code, status.code, history.code) == (0, 0, 14, 14)
     assert status.flat_err.startswith("error ACODE-RESUME-001: no sessions in ")
+    assert history.flat_err == status.flat_err
     assert not (acode.workspace / ".agent").exists()  # looking creates nothing
 
 

@@ -11,16 +11,8 @@ from hypothesis import strategies as st
 
 from acode.domain.durations import MAX_TIMEOUT_SECONDS, TIMEOUT_RULE
 from acode.domain.kinds import StepKind
-from acode.domain.plan import (
-    NodePath,
-    Plan,
-    PlanProblem,
-    StepSpec,
-    TaskSpec,
-    _default_title,
-    build_plan,
-    plan_error,
-)
+from acode.domain.plan import Plan, StepSpec, TaskSpec, _default_title
+from acode.domain.plan_validation import NodePath, PlanProblem, build_plan, plan_error
 from acode.errors import ErrorCode, PlanError
 
 # The plan of DESIGN.md ("Plan files") as a YAML parser hands it over.
@@ -349,3 +341,19 @@ def test_a_recorded_step_is_the_step_the_plan_file_makes() -> None:
     with pytest.raises(AttributeError):  # as frozen as any other StepSpec
         recorded.title = "changed"  # type: ignore[misc]
     assert hash(recorded) == hash(StepSpec.from_dict(data, "t"))
+
+
+def test_a_recorded_plan_comes_back_without_loading_the_checks() -> None:
+    """The plan's values and its validator are two modules: rebuilding a plan acode
+    recorded (resume, status, the session list) needs only the first."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from acode.domain.plan import Plan; "
+        "Plan.from_record({'title': 'p', 'tasks': [{'id': 't', 'title': 'T', "
+        "'steps': [{'id': 's', 'read': 'a.txt'}]}]}); "
+        "print('acode.domain.plan_validation' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "False\n"

@@ -12,6 +12,7 @@ from acode.domain.config import AcodeConfig, ModelSettings
 from acode.domain.plan import Plan
 from acode.errors import UsageError
 from acode.runtime.export import export_session
+from acode.runtime.lifecycle import start_session
 from acode.runtime.workspace import StatePaths
 from acode.store.sqlite_store import open_store
 from tests.support.fake_openai import FakeOpenAI
@@ -106,7 +107,7 @@ def test_the_recorded_plan_is_exported(workspace: Path) -> None:
             "tasks": [{"id": "t", "title": "T", "steps": [{"id": "r", "run": "true"}]}],
         }
     )
-    with acode.open_session("Planned", workspace, plan=plan) as s:
+    with start_session("Planned", workspace, plan=plan) as s:
         s.run("r", "true")
     store = open_store(StatePaths(workspace.resolve()).db)
     try:

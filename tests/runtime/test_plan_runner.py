@@ -11,6 +11,7 @@ import acode
 from acode.domain.plan import Plan
 from acode.errors import ApprovalPending
 from acode.runtime.decide import decide_approval
+from acode.runtime.lifecycle import start_session
 from acode.runtime.plan_runner import run_plan
 
 PLAN = {
@@ -36,7 +37,7 @@ def _git(ws: Path, *args: str) -> str:
 def _waiting_session(ws: Path) -> tuple[str, Plan]:
     _git(ws, "init", "-q")
     plan = Plan.from_dict(PLAN)
-    s = acode.open_session(plan.title, workspace=ws, plan=plan)
+    s = start_session(plan.title, workspace=ws, plan=plan)
     with pytest.raises(ApprovalPending):
         run_plan(s, plan)
     s.close()

@@ -16,6 +16,7 @@ from acode.domain.plan import Plan
 from acode.errors import StepFailedError
 from acode.runtime.files import TEMP_PREFIX
 from acode.runtime.inspection import model_usage
+from acode.runtime.lifecycle import start_session
 from acode.runtime.progress_file import (
     CUT_AT,
     ProgressFile,
@@ -89,7 +90,7 @@ def _run_three_steps(s: acode.Session, fake: FakeOpenAI) -> None:
 
 
 def test_every_section_of_a_planned_session(workspace: Path, fake: FakeOpenAI) -> None:
-    s = acode.open_session("Add input validation", workspace, _config(fake), plan=PLAN)
+    s = start_session("Add input validation", workspace, _config(fake), plan=PLAN)
     try:
         _run_three_steps(s, fake)
         text = _render(s)
@@ -164,7 +165,7 @@ def test_a_library_session_without_a_plan(workspace: Path) -> None:
 
 
 def test_a_failed_step_shows_its_error_and_the_failed_status(workspace: Path) -> None:
-    s = acode.open_session("t", workspace, plan=PLAN)
+    s = start_session("t", workspace, plan=PLAN)
     try:
         s.write("write-cfg", "cfg.txt", "x")
         with pytest.raises(StepFailedError) as info:

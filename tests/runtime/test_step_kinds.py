@@ -77,7 +77,7 @@ def test_a_kind_and_its_plan_keys_are_documented(spec: KindSpec) -> None:
 
 
 def test_the_plan_takes_the_registered_keys_and_no_other() -> None:
-    from acode.domain.plan import build_plan
+    from acode.domain.plan_validation import build_plan
     from acode.errors import PlanError
 
     def plan(step: dict[str, object]) -> object:

@@ -32,6 +32,7 @@ from acode.errors import (
     UsageError,
 )
 from acode.runtime.journal import SUMMARY_EVERY, verify_history
+from acode.runtime.lifecycle import start_session
 from acode.runtime.observer import StepNotice
 from acode.runtime.replay import REPLAY_WINDOW
 from acode.runtime.session import Session
@@ -131,7 +132,7 @@ def _run(
     for calls in runs:
         observer = _Told() if told else None
         if session_id is None:
-            s = acode.open_session("lane", workspace=ws, observer=observer, clock=clock)
+            s = start_session("lane", workspace=ws, observer=observer, clock=clock)
             session_id = s.id
         else:
             s = acode.resume_session(session_id, workspace=ws, observer=observer, clock=clock)

@@ -20,7 +20,7 @@ import pytest
 import acode
 from acode.agent.loop import run_agent
 from acode.domain.config import AcodeConfig, ModelSettings
-from acode.runtime.lifecycle import open_session
+from acode.runtime.lifecycle import start_session
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import Signer
 from tests.agent.scenario import TASK, rules, start_repository
@@ -111,7 +111,7 @@ def test_an_edited_model_answer_never_runs_the_command_put_into_it(
     conversation = rules()
     conversation[2]["replies"][0] = {"status": 500, "body": "down"}  # task t2 never starts
     fake.converse(conversation)
-    session = open_session("agent", workspace, _agent_config(fake), agent_task=TASK)
+    session = start_session("agent", workspace, _agent_config(fake), agent_task=TASK)
     with pytest.raises(acode.AcodeError):  # the model's outage: the session stays resumable
         run_agent(session, TASK)
     session.close()

@@ -25,7 +25,7 @@ import pytest
 from acode.agent.loop import run_agent
 from acode.domain.config import AcodeConfig, ModelSettings
 from acode.domain.states import SessionState
-from acode.runtime.lifecycle import open_session
+from acode.runtime.lifecycle import start_session
 from tests.agent.scenario import TASK, rules, start_repository
 from tests.cli.conftest import ACODE, Background, Cli, Result, plan_yaml
 from tests.support.drip_server import MODEL as DRIP_MODEL
@@ -309,7 +309,7 @@ def test_a_path_from_the_model_no_system_takes_is_an_error_result_never_a_crash(
         )
         config = AcodeConfig(model=ModelSettings(base_url=fake.base_url, name="fake-model"))
         before = [*(p.name for p in workspace.iterdir()), ".agent"]
-        with open_session("agent", workspace, config, agent_task=TASK) as session:
+        with start_session("agent", workspace, config, agent_task=TASK) as session:
             assert run_agent(session, TASK) is SessionState.COMPLETED
         answered = [m for m in fake.chat_requests[-2]["body"]["messages"] if m["role"] == "tool"]
     assert sorted(p.name for p in workspace.iterdir()) == sorted(before)  # nothing written

@@ -34,7 +34,7 @@ import acode
 from acode.agent.loop import run_agent
 from acode.domain.config import AcodeConfig, ModelSettings
 from acode.domain.plan import Plan
-from acode.runtime.lifecycle import open_session
+from acode.runtime.lifecycle import start_session
 from acode.runtime.plan_runner import run_plan
 from acode.runtime.process import CommandResult
 from acode.runtime.workspace import StatePaths
@@ -211,12 +211,12 @@ def _record(tmp_path_factory: pytest.TempPathFactory, model: FakeOpenAI) -> list
                 _library_program(session, out)
             session.close()
         elif kind == "plan":
-            session = open_session("fuzzed", ws, config, plan=Plan.from_dict(_PLAN))
+            session = start_session("fuzzed", ws, config, plan=Plan.from_dict(_PLAN))
             with pytest.raises(acode.ApprovalPending):
                 run_plan(session, Plan.from_dict(_PLAN))
             session.close()
         else:
-            session = open_session("agent", ws, config, agent_task=TASK)
+            session = start_session("agent", ws, config, agent_task=TASK)
             with pytest.raises(acode.AcodeError):  # the model's outage at task t2
                 run_agent(session, TASK)
             session.close()

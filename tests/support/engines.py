@@ -7,7 +7,7 @@ environment each one runs in (shared/notes/engines-offline.md).
     path = require_engine("codex")             # skips (fails when CI=true) if not installed
     with EngineServer() as server:
         use_engine_env(monkeypatch, "codex", server.base_url, tmp_path / "home")
-        turn = start_turn("codex", EngineSettings(command=str(path)), ...)
+        turn = start_turn("codex", EngineConfig(command=str(path)), ...)
 
 A subprocess (e.g. the acode CLI) gets the same with
 ``{**without_foreign(os.environ), **engine_env(...)}``.

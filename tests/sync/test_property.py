@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 
 import acode
 from acode.domain.config import AcodeConfig
+from acode.errors import RemoteUnavailable
 from acode.store.connection import connect
 from acode.store.sqlite_store import SqliteStore
 from acode.store.sync_state import SyncLedger
 from acode.sync.notices import now_us
 from acode.sync.pusher import next_batch, push_session
-from acode.sync.remote import Remote, RemoteUnavailable, connect_remote
+from acode.sync.remote import Remote, connect_remote
 from tests.sync.conftest import Mirror, local_events
 
 BATCH = 3

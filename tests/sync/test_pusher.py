@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 import acode
+from acode.errors import RemoteUnavailable
 from acode.store.sqlite_store import open_store
 from acode.store.sync_state import SyncLedger
 from acode.sync.notices import now_us
 from acode.sync.pusher import next_batch, push_session
-from acode.sync.remote import Lease, Remote, RemoteUnavailable, connect_remote
+from acode.sync.remote import Lease, Remote, connect_remote
 from tests.support.postgres import scratch_database
 from tests.sync.conftest import Mirror, assert_mirrored
 

@@ -213,3 +213,22 @@ def test_an_engine_not_installed_keeps_a_session_that_resume_retries(
     assert _pasted(failed) == ["work", "resume", kept["id"]]
     _use(work, _engine(tmp_path))
     assert _turns(work(*_pasted(failed), "--json").json()) == [("rebuilt", True)]
+
+
+def test_the_engines_are_named_once_and_taken_alike_everywhere() -> None:
+    """``acode.domain.config`` names the engines: the configuration file takes an
+    ``engines.<name>`` entry for each CLI among them, the work layer runs each, and
+    "agent" (acode's own loop) is neither."""
+    from acode.domain.config import ENGINE_CLIS, ENGINE_NAMES, EngineConfig, parse_config
+    from acode.errors import ConfigError, UsageError
+    from acode.work.engines import check_settings
+
+    assert "agent" in ENGINE_NAMES
+    configured = parse_config({"engines": {n: {"command": "x"} for n in ENGINE_CLIS}}, "f")
+    assert sorted(configured.engines) == sorted(ENGINE_CLIS)
+    for name in ENGINE_CLIS:
+        check_settings(name, configured.engines[name])
+    with pytest.raises(UsageError):
+        check_settings("agent", EngineConfig("x"))
+    with pytest.raises(ConfigError, match=r"engines\.agent: unknown key"):
+        parse_config({"engines": {"agent": {"command": "x"}}}, "f")

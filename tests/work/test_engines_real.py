@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from acode.domain.config import EngineConfig
 from acode.domain.ids import uuid7
 from acode.errors import EnvironmentValidationError
-from acode.work.engines import EngineSettings, EngineTurn, resume_turn, start_turn
+from acode.work.engines import EngineTurn, resume_turn, start_turn
 from tests.support.engine_servers import (
     EngineServer,
     LoggedRequest,
@@ -72,14 +73,14 @@ def _setup(
     tmp_path: Path,
     url: str,
     timeout_seconds: float = 120.0,
-) -> tuple[EngineSettings, Place]:
+) -> tuple[EngineConfig, Place]:
     path = require_engine(name)
     use_engine_env(monkeypatch, name, url, tmp_path / "home")
-    settings = EngineSettings(command=str(path), timeout_seconds=timeout_seconds)
+    settings = EngineConfig(command=str(path), timeout_seconds=timeout_seconds)
     return settings, Place(tmp_path / "place")
 
 
-def _start(name: str, settings: EngineSettings, place: Place, prompt: str) -> EngineTurn:
+def _start(name: str, settings: EngineConfig, place: Place, prompt: str) -> EngineTurn:
     return start_turn(
         name,
         settings,
@@ -91,7 +92,7 @@ def _start(name: str, settings: EngineSettings, place: Place, prompt: str) -> En
 
 
 def _resume(
-    name: str, settings: EngineSettings, place: Place, session_id: str, prompt: str
+    name: str, settings: EngineConfig, place: Place, session_id: str, prompt: str
 ) -> EngineTurn:
     return resume_turn(
         name,
@@ -245,7 +246,7 @@ def test_aider_exits_0_on_a_model_error_and_the_turn_still_fails(
 
 def test_aider_without_its_history_file_is_forgotten(tmp_path: Path) -> None:
     # Aider would start an empty chat without a word: acode must know to rebuild context.
-    settings = EngineSettings(command="aider-is-not-even-run")
+    settings = EngineConfig(command="aider-is-not-even-run")
 
     turn = _resume("aider", settings, Place(tmp_path), "", "continue")
 
@@ -274,7 +275,7 @@ _ECHO = (
 
 def test_the_command_engine_fills_its_template_word_by_word(tmp_path: Path) -> None:
     place = Place(tmp_path)
-    settings = EngineSettings(command=_ECHO)
+    settings = EngineConfig(command=_ECHO)
     prompt = "-x it's {session_id} $HOME; rm -rf /"
 
     new = start_turn(
@@ -294,7 +295,7 @@ def test_the_command_engine_fills_its_template_word_by_word(tmp_path: Path) -> N
 
 
 def test_the_command_engine_fails_on_a_non_zero_exit(tmp_path: Path) -> None:
-    turn = _start("command", EngineSettings(command=_ECHO), Place(tmp_path), "fail now")
+    turn = _start("command", EngineConfig(command=_ECHO), Place(tmp_path), "fail now")
 
     assert (turn.ok, turn.session_id) == (False, None)
     assert "exit 3" in turn.detail
@@ -304,11 +305,11 @@ def test_a_command_that_fails_on_resume_has_forgotten_one_that_cannot_run_has_no
     tmp_path: Path,
 ) -> None:
     place = Place(tmp_path)
-    refused = _resume("command", EngineSettings(command=_ECHO), place, "wid-1", "fail now")
+    refused = _resume("command", EngineConfig(command=_ECHO), place, "wid-1", "fail now")
     broken = tmp_path / "no-program"
     broken.write_text("print('never runs')\n", encoding="utf-8")
     broken.chmod(0o755)  # no #! line: exec refuses it
-    unstartable = _resume("command", EngineSettings(command=str(broken)), place, "wid-1", "x")
+    unstartable = _resume("command", EngineConfig(command=str(broken)), place, "wid-1", "x")
 
     assert (refused.ok, refused.forgotten, refused.session_id) == (False, True, None)
     assert "exit 3" in refused.detail
@@ -321,9 +322,7 @@ def test_a_time_out_kills_the_whole_process_group(tmp_path: Path) -> None:
     command = f"sh -c 'sleep 60 & echo $! > {pid_file}; wait'"
 
     started = time.monotonic()
-    turn = _start(
-        "command", EngineSettings(command=command, timeout_seconds=1), Place(tmp_path), "x"
-    )
+    turn = _start("command", EngineConfig(command=command, timeout_seconds=1), Place(tmp_path), "x")
 
     assert time.monotonic() - started < 10
     assert (turn.ok, turn.forgotten) == (False, False)
@@ -339,8 +338,9 @@ def test_an_engine_dies_with_the_process_that_started_it(tmp_path: Path) -> None
             sys.executable,
             "-c",
             "import sys; from pathlib import Path\n"
-            "from acode.work.engines import EngineSettings, start_turn\n"
-            "start_turn('command', EngineSettings(command=sys.argv[1]), prompt='x',"
+            "from acode.domain.config import EngineConfig\n"
+            "from acode.work.engines import start_turn\n"
+            "start_turn('command', EngineConfig(command=sys.argv[1]), prompt='x',"
             " cwd=Path(sys.argv[2]), history_file=Path(sys.argv[2]) / 'h', new_session_id='w')",
             f"sh -c 'echo $$ > {pid_file}; exec sleep 60'",
             str(place.cwd),
@@ -362,7 +362,7 @@ def test_an_engine_dies_with_the_process_that_started_it(tmp_path: Path) -> None
 
 
 def test_a_missing_executable_names_the_engine_and_how_to_install_it(tmp_path: Path) -> None:
-    settings = EngineSettings(command="no-such-codex-here")
+    settings = EngineConfig(command="no-such-codex-here")
 
     with pytest.raises(EnvironmentValidationError) as caught:
         _start("codex", settings, Place(tmp_path), "x")

@@ -5,12 +5,19 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acode.sync.backoff import Backoff
+from acode.domain.backoff import Backoff
 
 
 def test_delays_double_up_to_the_cap() -> None:
     policy = Backoff()
     assert [policy.delay(n, 1.0) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
+
+
+def test_the_ceiling_doubles_up_to_the_cap_without_jitter() -> None:
+    busy = Backoff(first=1.0, cap=30.0)  # the model client's wait for a busy server
+    assert [busy.ceiling(n) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+    assert busy.ceiling(10**6) == 30.0
+    assert busy.ceiling(0) == 1.0
 
 
 def test_jitter_draws_from_the_upper_half_never_below_the_first_delay() -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from acode.cli.console import err_console, keyboard, out_console, print_lines
 from acode.cli.resume_menu import (
@@ -57,8 +56,10 @@ if TYPE_CHECKING:
 __all__ = ["ResumeRequest", "run_resume"]
 
 
-@dataclass(frozen=True)
-class ResumeRequest:
+class ResumeRequest(NamedTuple):
+    """What the command line asks of a resume (read by the parser, or by the entry point
+    for a plain dry run)."""
+
     workspace: Path
     session_id: str | None
     dry_run: bool

@@ -192,6 +192,42 @@ def test_a_plain_dry_run_loads_neither_the_parser_nor_rich(acode: Cli) -> None:
         assert "acode.resume.service" in built["modules"]
 
 
+def test_a_dry_run_without_an_id_opens_the_store_once(acode: Cli) -> None:
+    """It finds the most recent session and previews it in one opening of the database
+    (it opened it twice: once to choose, once to preview); with an id, once too."""
+    _waiting_session(acode)
+    probe = (
+        "import atexit, sqlite3, sys\n"
+        "opened = []\n"
+        "connect = sqlite3.connect\n"
+        "def counted(*args, **kwargs):\n"
+        "    opened.append(str(args[0]))\n"
+        "    return connect(*args, **kwargs)\n"
+        "sqlite3.connect = counted\n"
+        "atexit.register(lambda: print(len(opened), file=sys.stderr))\n"
+        "from acode.cli.entry import main\n"
+        "sys.argv = ['acode', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    short = acode("session", "list", "--json").json()[0]["short_id"]
+    for args in (
+        ["resume", "--dry-run"],
+        ["resume", "--dry-run", "--json"],
+        ["resume", short, "--dry-run"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args],
+            env=acode.env,
+            cwd=acode.workspace,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines()[-1] == "1", args
+
+
 def _parsed(env: dict[str, str], cwd: Path, *args: str) -> tuple[int, str, str]:
     """``acode ARGS`` with the command line read by the parser, as if the entry point did
     not know it: exit status, standard output and error."""

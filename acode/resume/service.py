@@ -569,7 +569,9 @@ def preview_in(
     store: SqliteStore, workspace: Path | str, id_or_prefix: str | None, *, verify: bool = False
 ) -> ResumePreview:
     """``preview_resume`` read from the workspace's ``store``, which the caller opened
-    (the CLI, to find the session in it) and closes."""
+    (the CLI, to find the session in it) and closes. Whatever durability it was opened
+    with: a preview writes nothing but, for a session recorded before the chain was
+    keyed, its history chained again, which the default (``full``) never weakens."""
     began = time.time_ns()
     return _preview_in(
         store, _existing(workspace, None), id_or_prefix, SystemClock(), verify, began

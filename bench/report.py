@@ -351,8 +351,9 @@ def _resume_points(results: Results) -> list[str]:
         f"- What a person waits for is more than that: `acode resume` then replays the "
         f"{largest:,} completed steps of its plan, {_ms(replay)} ms here "
         f"({replay / largest * 1e6:.0f} µs a step), and a new process starts Python and "
-        f"imports acode: `acode resume --dry-run` takes {_ms(cli)} ms end to end, of which "
-        f"{_ms(startup)} ms is start-up alone (`acode --help`)."
+        f"imports acode: `acode resume --dry-run` takes {_ms(cli)} ms end to end (`acode "
+        f"--help`, the start-up of the command-line parser, which a plain dry run does "
+        f"without, {_ms(startup)} ms)."
     )
     return points
 

@@ -38,6 +38,7 @@ __all__ = [
     "out_console",
     "plain_output",
     "plain_table",
+    "print_lines",
     "printable",
     "render_error",
 ]
@@ -153,6 +154,29 @@ def plain_table(
     return "".join(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + "\n" for row in table
     )
+
+
+# What Rich prints otherwise than it is written: control characters (it removes some, a
+# newline or a tab it lays out) and what may be an emoji code, such as :bug: (replaced by
+# its emoji; any text between two colons without a space is taken for one, to be sure).
+_NOT_AS_WRITTEN = r"[\x00-\x1f\x7f]|:\S*:"
+
+
+def print_lines(lines: Sequence[str]) -> None:
+    """Each of ``lines`` printed as text, as ``out_console().print(line, markup=False)``
+    prints it, masked line by line as that is: into a pipe without loading Rich (which
+    costs more to load than a report costs to make) whenever Rich would print the lines
+    as they are written."""
+    if plain_output() and not any(re.search(_NOT_AS_WRITTEN, line) for line in lines):
+        from acode.security.redaction import redact
+
+        for line in lines:
+            sys.stdout.write(redact(line + "\n"))
+        sys.stdout.flush()
+        return
+    console = out_console()
+    for line in lines:
+        console.print(line, markup=False)
 
 
 class _Keyboard:

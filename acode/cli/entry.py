@@ -1,15 +1,18 @@
 """The `acode` command's way in: every outcome mapped to its documented exit status, and
-`acode session list`, what scripts run most, answered without the command-line parser.
+the command lines scripts run most, `acode session list` and `acode resume --dry-run`,
+answered without the command-line parser.
 
 Typer costs more to load and to build a command from its signature than the listing
 itself costs (and Rich as much again, which a plain table does without: see
 ``views.print_session_list``). A command line that is a plain listing (``session list``
-with ``--workspace``/``-w DIR``, ``--resumable``, ``--all``, ``--json``) is read here;
+with ``--workspace``/``-w DIR``, ``--resumable``, ``--all``, ``--json``) or a plain dry
+run (``resume [ID] --dry-run`` with ``-w DIR``, ``--json``, ``--verify``) is read here;
 every other, --help and every mistake included, goes to the parser (``acode.cli.app``),
 which says what is wrong with it."""
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -30,16 +33,38 @@ def main() -> None:
     try:
         _refuse_undecodable(sys.argv[1:])
         listing = _listing(sys.argv[1:])
-        if listing is None:
-            from acode.cli.app import run_parser
-
-            code = run_parser()
-        else:
+        dry_run = None if listing is not None else _dry_run(sys.argv[1:])
+        if listing is not None or dry_run is not None:
+            # A command that ends once it has printed its answer: the few reference
+            # cycles it leaves go with the process, and collecting garbage on the way
+            # (some thirty collections, over every object its imports made) costs more.
+            gc.disable()
+        if listing is not None:
             from acode.cli import inspect
 
             where = workspace_dir(listing.workspace)
             inspect.session_list(where, listing.resumable, listing.show_all, listing.as_json)
             code = 0
+        elif dry_run is not None:
+            from acode.cli.resume_command import ResumeRequest, run_resume
+
+            # What the parser's `resume` builds of the same command line (cli/app.py).
+            request = ResumeRequest(
+                workspace=workspace_dir(dry_run.workspace),
+                session_id=dry_run.session_id,
+                dry_run=True,
+                strategy=None,
+                force=False,
+                changed_files_action=None,
+                verify=dry_run.verify,
+                mode=None,
+                as_json=dry_run.as_json,
+            )
+            code = run_resume(request)
+        else:
+            from acode.cli.app import run_parser
+
+            code = run_parser()
     except AcodeError as error:
         render_error(error)
         sys.exit(error.exit_code)
@@ -87,7 +112,17 @@ class _Listing(NamedTuple):
     as_json: bool
 
 
-_FLAGS = {"--resumable": "resumable", "--all": "show_all", "--json": "as_json"}
+class _DryRun(NamedTuple):
+    workspace: Path | None
+    session_id: str | None
+    as_json: bool
+    verify: bool
+
+
+class _Options(NamedTuple):
+    flags: frozenset[str]
+    workspace: Path | None
+    arguments: tuple[str, ...]
 
 
 def _listing(args: list[str]) -> _Listing | None:
@@ -95,29 +130,56 @@ def _listing(args: list[str]) -> _Listing | None:
     parser would read them (an option given twice: the last one); None for any other."""
     if args[:2] != ["session", "list"]:
         return None
-    found: dict[str, bool] = {}
+    read = _options(args[2:], ("--resumable", "--all", "--json"))
+    if read is None or read.arguments:
+        return None
+    return _Listing(
+        read.workspace, "--resumable" in read.flags, "--all" in read.flags, "--json" in read.flags
+    )
+
+
+def _dry_run(args: list[str]) -> _DryRun | None:
+    """The options of ``args`` when it is a plain ``resume [ID] --dry-run`` command line,
+    as the parser would read them; None for any other (``--mode``, ``--strategy``, and
+    the rest that a dry run has no use for, are the parser's to read)."""
+    if args[:1] != ["resume"]:
+        return None
+    read = _options(args[1:], ("--dry-run", "--json", "--verify"))
+    if read is None or "--dry-run" not in read.flags or len(read.arguments) > 1:
+        return None
+    session_id = read.arguments[0] if read.arguments else None
+    return _DryRun(read.workspace, session_id, "--json" in read.flags, "--verify" in read.flags)
+
+
+def _options(words: list[str], flags: tuple[str, ...]) -> _Options | None:
+    """``words`` read as the parser reads a command's ``flags``, its ``--workspace``/``-w
+    DIR`` (given twice: the last) and its arguments; None when something in them is not
+    plainly one of these (another option, a missing or odd directory, ``--``): the
+    parser says what it makes of it."""
+    found: set[str] = set()
     workspace: str | None = None
-    rest = iter(args[2:])
-    for arg in rest:
-        if arg in _FLAGS:
-            found[_FLAGS[arg]] = True
+    arguments: list[str] = []
+    rest = iter(words)
+    for word in rest:
+        if word in flags:
+            found.add(word)
             continue
-        if arg in ("-w", "--workspace"):
+        if word in ("-w", "--workspace"):
             value = next(rest, None)
-        elif arg.startswith("--workspace="):
-            value = arg.removeprefix("--workspace=")
-        elif arg.startswith("-w"):
-            value = arg.removeprefix("-w")
+        elif word.startswith("--workspace="):
+            value = word.removeprefix("--workspace=")
+        elif word.startswith("-w"):
+            value = word.removeprefix("-w")
+        elif word and not word.startswith("-"):
+            arguments.append(word)
+            continue
         else:
-            return None  # --remote, --help, an argument, a mistake: the parser's
+            return None  # another option, --help, --, a mistake: the parser's
         if not value or value.startswith("-"):
             return None  # a missing or odd directory: the parser says what it makes of it
         workspace = value
-    return _Listing(
-        Path(workspace) if workspace is not None else None,
-        found.get("resumable", False),
-        found.get("show_all", False),
-        found.get("as_json", False),
+    return _Options(
+        frozenset(found), Path(workspace) if workspace is not None else None, tuple(arguments)
     )
 
 

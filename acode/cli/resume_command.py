@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from acode.cli.console import err_console, keyboard, out_console
+from acode.cli.console import err_console, keyboard, out_console, print_lines
 from acode.cli.resume_menu import (
     ask_next,
     ask_restart,
     plan_lines,
-    print_lines,
     risk_lines,
     trouble_hint,
     trouble_menu,
@@ -29,7 +27,6 @@ from acode.errors import (
     TooOldForAutopilotError,
     UsageError,
 )
-from acode.resume.listing import session_position
 from acode.resume.modes import (
     AutopilotVerdict,
     Candidate,
@@ -43,12 +40,12 @@ from acode.resume.service import (
     ChangedFilesAction,
     ResumePreview,
     log_refusal,
+    preview_in,
     preview_resume,
     refuse_problems,
 )
 from acode.runtime.catalog import find_session
 from acode.runtime.inspection import read_store
-from acode.runtime.locks import is_locked
 from acode.runtime.workspace import StatePaths
 
 if TYPE_CHECKING:
@@ -59,8 +56,10 @@ if TYPE_CHECKING:
 __all__ = ["ResumeRequest", "run_resume"]
 
 
-@dataclass(frozen=True)
-class ResumeRequest:
+class ResumeRequest(NamedTuple):
+    """What the command line asks of a resume (read by the parser, or by the entry point
+    for a plain dry run)."""
+
     workspace: Path
     session_id: str | None
     dry_run: bool
@@ -80,29 +79,64 @@ def run_resume(req: ResumeRequest) -> int:
             "--mode preflight needs a terminal: it goes on only when you type 'proceed'",
             hint="use --mode autopilot in scripts, or --dry-run to see the report",
         )
-    session_id = req.session_id or _pick(
-        req.workspace, req.mode or default_mode(on_terminal), req.as_json
-    )
+    mode = req.mode or default_mode(on_terminal)
+    can_ask = on_terminal and not req.as_json
+    if req.dry_run:
+        return _dry_run(req, mode, can_ask=can_ask)
+    session_id = req.session_id
+    if session_id is None:
+        with read_store(req.workspace) as store:
+            session_id = _pick(store, mode, req.as_json)
     if session_id is None:
         out_console().print("Nothing resumed.")
         return 0
-    can_ask = on_terminal and not req.as_json
     try:
         return _resume_chosen(req, session_id, on_terminal=on_terminal, can_ask=can_ask)
     except CheckpointError as untrusted:
-        row = _row(req.workspace, session_id)
-        short = row.short_id if row is not None else session_id
-        error = trouble_hint(untrusted, short)
-        if can_ask and error is not untrusted:
-            return trouble_menu(req.workspace, session_id, short, error)
-        raise error from untrusted
+        return _untrusted(req.workspace, session_id, untrusted, can_ask=can_ask)
+
+
+def _dry_run(req: ResumeRequest, mode: Mode, *, can_ask: bool) -> int:
+    """What the resume would do, shown: no lock taken, nothing written."""
+    if req.session_id is not None:
+        return _show(req, req.session_id, None, can_ask=can_ask)
+    with read_store(req.workspace) as store:
+        session_id = _pick(store, mode, req.as_json)
+        if session_id is None:
+            out_console().print("Nothing resumed.")
+            return 0
+        return _show(req, session_id, store, can_ask=can_ask)
+
+
+def _show(req: ResumeRequest, session_id: str, store: SqliteStore | None, *, can_ask: bool) -> int:
+    """The dry run's preview of ``session_id``, read from ``store`` when the session was
+    found in it (the store is opened once)."""
+    try:
+        if store is None:
+            preview = preview_resume(session_id, req.workspace, verify=req.verify)
+        else:
+            preview = preview_in(store, req.workspace, session_id, verify=req.verify)
+    except CheckpointError as untrusted:
+        return _untrusted(req.workspace, session_id, untrusted, can_ask=can_ask)
+    print_preview(preview, dry_run=True, as_json=req.as_json)
+    return 0
+
+
+def _untrusted(
+    workspace: Path, session_id: str, untrusted: CheckpointError, *, can_ask: bool
+) -> int:
+    """A history that cannot be trusted: its options said, or asked on a terminal."""
+    row = _row(workspace, session_id)
+    short = row.short_id if row is not None else session_id
+    error = trouble_hint(untrusted, short)
+    if can_ask and error is not untrusted:
+        return trouble_menu(workspace, session_id, short, error)
+    raise error from untrusted
 
 
 def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, can_ask: bool) -> int:
-    if req.dry_run:
-        preview = preview_resume(session_id, req.workspace, verify=req.verify)
-        print_preview(preview, dry_run=True, as_json=req.as_json)
-        return 0
+    from acode.runtime.locks import is_locked
+
     row = _row(req.workspace, session_id)
     if row is not None and is_locked(StatePaths(req.workspace).locks, row.id):
         # Another process runs it: the resume's own lock check names the holder, at once.
@@ -301,26 +335,29 @@ def _resume(
         return drive_plan(session, preview.plan, as_json=req.as_json)
 
 
-def _pick(workspace: Path, mode: Mode, as_json: bool) -> str | None:
-    with read_store(workspace) as store:
-        found = candidates(store, time.time_ns() // 1000) if store is not None else []
-        if not found:
-            raise NothingToResumeError(
-                "no resumable session in this workspace",
-                hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
-                "`acode session list` shows all",
-            )
-        if mode is Mode.AUTOPILOT or as_json or len(found) == 1:
-            # One session goes on to its plan and the question of what to do with it
-            # (``_interactive``).
-            return found[0].row.id
-        assert store is not None
-        # Only for the list a person reads: where each stands takes its plan.
-        places = {c.row.id: _place(store, c) for c in found}
+def _pick(store: SqliteStore | None, mode: Mode, as_json: bool) -> str | None:
+    """The session to resume of the workspace's ``store`` (None: none was ever recorded):
+    the most recent, or the one a person chooses; None when they choose none."""
+    found = candidates(store, time.time_ns() // 1000) if store is not None else []
+    if not found:
+        raise NothingToResumeError(
+            "no resumable session in this workspace",
+            hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`; '
+            "`acode session list` shows all",
+        )
+    if mode is Mode.AUTOPILOT or as_json or len(found) == 1:
+        # One session goes on to its plan and the question of what to do with it
+        # (``_interactive``).
+        return found[0].row.id
+    assert store is not None
+    # Only for the list a person reads: where each stands takes its plan.
+    places = {c.row.id: _place(store, c) for c in found}
     return _choose(found, places)
 
 
 def _place(store: SqliteStore, c: Candidate) -> str:
+    from acode.resume.listing import session_position
+
     position = session_position(store, c.row)
     return position.describe() if position is not None else c.where
 

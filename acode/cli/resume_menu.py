@@ -16,7 +16,6 @@ __all__ = [
     "ask_next",
     "ask_restart",
     "plan_lines",
-    "print_lines",
     "risk_lines",
     "trouble_hint",
     "trouble_menu",
@@ -24,12 +23,6 @@ __all__ = [
 
 _IDS_SHOWN = 5  # step ids named on a task's line
 _TASKS_SHOWN = 12  # remaining tasks listed; a long plan ends with a count
-
-
-def print_lines(lines: list[str]) -> None:
-    console = out_console()
-    for line in lines:
-        console.print(line, markup=False)
 
 
 def _interrupted(preview: ResumePreview) -> str:

@@ -16,6 +16,7 @@ from acode.cli.console import (
     out_console,
     plain_output,
     plain_table,
+    print_lines,
 )
 from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summary
 from acode.security.redaction import redact, redact_json
@@ -501,6 +502,4 @@ def print_preview(
     said = environment_verdict(preview.environment, dry_run=dry_run) if verdict else ""
     if said:
         lines.append(said)
-    console = out_console()
-    for line in lines:
-        console.print(line, markup=False)
+    print_lines(lines)

@@ -57,8 +57,7 @@ from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.journal import Journal, verify_history
 from acode.runtime.lifecycle import Workspace, existing_workspace, session_config, take_lock
 from acode.runtime.log import log_event
-from acode.runtime.orphans import reap_orphans
-from acode.runtime.progress_file import ProgressFile, recorded_checkpoint
+from acode.runtime.progress_file import progress_path, recorded_checkpoint
 from acode.runtime.sync_link import open_sync_link, sync_status
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
@@ -78,6 +77,7 @@ __all__ = [
     "ChangedFilesAction",
     "ResumePreview",
     "log_refusal",
+    "preview_in",
     "preview_resume",
     "refuse_problems",
     "resume_session",
@@ -262,7 +262,7 @@ def _cut_short(journal: Journal, paths: StatePaths, later: int | None = None) ->
     itself can tell; these can."""
     summary = journal.summary
     assert summary is not None
-    known = [(recorded_checkpoint(ProgressFile(paths).path(journal.row.id)), "its progress file")]
+    known = [(recorded_checkpoint(progress_path(paths, journal.row.id)), "its progress file")]
     known.append((later, "the remote mirror"))
     for seq, where in known:
         if seq is not None and seq > summary.seq:
@@ -560,23 +560,47 @@ def preview_resume(
     ws = _existing(workspace, None)
     store = open_store(ws.paths.db, ws.config.durability)
     try:
-        row = select_for_resume(store, id_or_prefix)
-        signer = load_signer()
-        journal = Journal.load(store, row, clock or SystemClock(), signer)
-        _refuse(journal)
-        _cut_short(journal, ws.paths)
-        if verify:
-            verify_history(store, journal.row, signer)
-        return _environment(
-            journal,
-            ws,
-            _preview(journal, ws.config, (clock or SystemClock()).now_us()),
-            ws.config,
-            strategy=ws.config.resume.in_progress_strategy,
-            fresh_after_ns=_fresh_after(journal, _held_by_us(ws, row.id), began),
-        )
+        return _preview_in(store, ws, id_or_prefix, clock or SystemClock(), verify, began)
     finally:
         store.close()
+
+
+def preview_in(
+    store: SqliteStore, workspace: Path | str, id_or_prefix: str | None, *, verify: bool = False
+) -> ResumePreview:
+    """``preview_resume`` read from the workspace's ``store``, which the caller opened
+    (the CLI, to find the session in it) and closes. Whatever durability it was opened
+    with: a preview writes nothing but, for a session recorded before the chain was
+    keyed, its history chained again, which the default (``full``) never weakens."""
+    began = time.time_ns()
+    return _preview_in(
+        store, _existing(workspace, None), id_or_prefix, SystemClock(), verify, began
+    )
+
+
+def _preview_in(
+    store: SqliteStore,
+    ws: Workspace,
+    id_or_prefix: str | None,
+    clock: Clock,
+    verify: bool,
+    began_ns: int,
+) -> ResumePreview:
+    row = select_for_resume(store, id_or_prefix)
+    signer = load_signer()
+    journal = Journal.load(store, row, clock, signer)
+    _refuse(journal)
+    _cut_short(journal, ws.paths)
+    if verify:
+        verify_history(store, journal.row, signer)
+    return _environment(
+        journal,
+        ws,
+        _preview(journal, ws.config, clock.now_us()),
+        ws.config,
+        strategy=ws.config.resume.in_progress_strategy,
+        fresh_after_ns=_fresh_after(journal, _held_by_us(ws, row.id), began_ns),
+    )
 
 
 ChangedFilesAction = Literal["prompt", "continue", "abort"]
@@ -729,6 +753,7 @@ def _resume(
     mode: str | None,
 ) -> Session:
     # Loaded here, not with this module: a preview (--dry-run) runs no step.
+    from acode.runtime.orphans import reap_orphans
     from acode.runtime.session import Session
 
     signer = load_signer()

@@ -17,17 +17,17 @@ from acode.domain.states import SessionState
 from acode.errors import SessionNotFoundError
 from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.config import load_config
-from acode.runtime.journal import new_session_journal
-from acode.runtime.locks import SessionLock, acquire
 from acode.runtime.private_dirs import check_state_dir
-from acode.runtime.sync_link import open_sync_link
 from acode.runtime.workspace import StatePaths, ensure_state_ignored
 from acode.security.signing import load_signer
 from acode.store.sqlite_store import open_store
 
+# What only starting a session or taking its lock needs is loaded there: the commands
+# that only read sessions, and the dry run of resume, open the workspace alone.
 if TYPE_CHECKING:
     from acode.domain.plan import Plan
     from acode.runtime.interrupts import Interrupts
+    from acode.runtime.locks import SessionLock
     from acode.runtime.observer import Approver, Observer
     from acode.runtime.session import Session
 
@@ -90,6 +90,8 @@ def now_iso(clock: Clock) -> str:
 def take_lock(
     ws: Workspace, session_id: str, clock: Clock, *, label: str | None = None
 ) -> SessionLock:
+    from acode.runtime.locks import acquire
+
     return acquire(
         ws.paths.locks,
         session_id,
@@ -147,7 +149,9 @@ def start_session(
     a chosen one."""
     # Loaded here, not with this module: the commands that only read sessions and the
     # previews of resume need the workspace helpers above, not the step engine.
+    from acode.runtime.journal import new_session_journal
     from acode.runtime.session import Session
+    from acode.runtime.sync_link import open_sync_link
 
     clock = clock or SystemClock()
     ws = open_workspace(workspace, config)

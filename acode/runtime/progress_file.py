@@ -23,27 +23,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acode.domain.marks import Mark
 from acode.domain.reducer import SessionSummary, StepRecord, StepStatus
 from acode.domain.states import is_terminal
-from acode.domain.usage import Usage, total_usage
 from acode.runtime.catalog import recorded_config, recorded_plan
 from acode.runtime.files import atomic_write
-from acode.runtime.inspection import model_usage
 from acode.runtime.journal import Journal
-from acode.runtime.marks import session_marks
 from acode.runtime.workspace import StatePaths
 from acode.security.redaction import redact, redact_blocks, redact_json
 from acode.store.records import MessageRow, SessionRow
 from acode.store.sqlite_store import SqliteStore
 
+# What only writing the file needs (usage, marks) loads with the first write: a resume's
+# dry run reads the file's checkpoint line alone (``recorded_checkpoint``).
 if TYPE_CHECKING:
+    from acode.domain.marks import Mark
     from acode.domain.plan import Plan
+    from acode.domain.usage import Usage
 
 __all__ = [
     "PROGRESS_FILE_NAME",
     "ProgressFile",
     "iso_time",
+    "progress_path",
     "recorded_checkpoint",
     "render_progress",
 ]
@@ -86,6 +87,9 @@ def render_progress(
     """The progress file of a session, as of ``summary``, written at ``now_us``;
     ``usage`` and ``marks``: its model calls' usage and its marked checkpoints, when the
     caller keeps them as it goes."""
+    from acode.runtime.inspection import model_usage
+    from acode.runtime.marks import session_marks
+
     plan = recorded_plan(store, row)
     newest = store.newest_steps(row, max(SHOWN_RESULTS, SHOWN_STEPS))
     # Steps left unfinished have a row in `steps` (schema 4), wherever they are.
@@ -114,6 +118,11 @@ def render_progress(
 _CHECKPOINT_LINE = re.compile(
     r"^- \*\*Last Checkpoint\*\*: .*\(checkpoint \d+, event (\d+)\)$", re.M
 )
+
+
+def progress_path(paths: StatePaths, session_id: str) -> Path:
+    """Where the progress file of the session ``session_id`` is."""
+    return paths.session_dir(session_id) / PROGRESS_FILE_NAME
 
 
 def recorded_checkpoint(path: Path) -> int | None:
@@ -401,6 +410,8 @@ class ProgressFile:
     def __init__(
         self, paths: StatePaths, *, min_interval_s: float = 1.0, max_share: float = 0.01
     ) -> None:
+        from acode.domain.usage import Usage
+
         self._paths = paths
         self._min_interval_s = min_interval_s
         self._max_share = max_share
@@ -414,11 +425,14 @@ class ProgressFile:
         self._failure: BaseException | None = None  # a write's, raised on the caller's side
 
     def path(self, session_id: str) -> Path:
-        return self._paths.session_dir(session_id) / PROGRESS_FILE_NAME
+        return progress_path(self._paths, session_id)
 
     def update(self, journal: Journal, *, final: bool = False) -> Path | None:
         """Rewrite the progress file; the path being written, or None when skipped or
         failed (a failed write in the background is noticed by the next update)."""
+        from acode.domain.usage import total_usage
+        from acode.runtime.marks import session_marks
+
         started = time.monotonic()
         if final:
             self.flush()

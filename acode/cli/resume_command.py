@@ -53,8 +53,8 @@ from acode.runtime.workspace import StatePaths
 
 if TYPE_CHECKING:
     from acode.runtime.steps.base import InProgressStrategy
+    from acode.store.base import EventStore
     from acode.store.records import SessionRow
-    from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["ResumeRequest", "run_resume"]
 
@@ -320,7 +320,7 @@ def _pick(workspace: Path, mode: Mode, as_json: bool) -> str | None:
     return _choose(found, places)
 
 
-def _place(store: SqliteStore, c: Candidate) -> str:
+def _place(store: EventStore, c: Candidate) -> str:
     position = session_position(store, c.row)
     return position.describe() if position is not None else c.where
 

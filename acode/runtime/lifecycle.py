@@ -23,7 +23,7 @@ from acode.runtime.private_dirs import check_state_dir
 from acode.runtime.sync_link import open_sync_link
 from acode.runtime.workspace import StatePaths, ensure_state_ignored
 from acode.security.signing import load_signer
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 
 if TYPE_CHECKING:
     from acode.domain.plan import Plan

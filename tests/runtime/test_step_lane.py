@@ -36,7 +36,7 @@ from acode.runtime.observer import StepNotice
 from acode.runtime.session import _REPLAY_WINDOW, Session
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 
 
 @dataclass

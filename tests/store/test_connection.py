@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from acode.store.connection import atomic, connect
+from acode.store.sqlite.connection import atomic, connect
 
 
 def test_a_commit_that_fails_is_rolled_back_and_the_connection_writes_again(

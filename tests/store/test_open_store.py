@@ -15,12 +15,13 @@ from acode.store.sqlite.store import SqliteStore
 @pytest.mark.parametrize("form", ["path", "text", "url", "escaped url"])
 def test_a_path_or_a_sqlite_url_opens_that_file(tmp_path: Path, form: str) -> None:
     db = tmp_path / "a b" / "acode.db"
-    given: str | Path = {
+    forms: dict[str, str | Path] = {
         "path": db,
         "text": str(db),
         "url": f"sqlite://{db}",
         "escaped url": f"sqlite://{str(db).replace(' ', '%20')}",
-    }[form]
+    }
+    given = forms[form]
     with closing(open_store(given)) as store:
         assert isinstance(store, SqliteStore)
         assert store.location == str(db)

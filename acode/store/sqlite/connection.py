@@ -11,7 +11,7 @@ from pathlib import Path
 from acode.errors import DatabaseDamagedError, StorageError
 from acode.store.base import Durability
 
-__all__ = ["atomic", "connect", "damaged_database", "database_damaged"]
+__all__ = ["atomic", "connect", "damaged_database", "database_damaged", "write_error"]
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -49,6 +49,16 @@ def connect(path: Path, durability: Durability = "full") -> sqlite3.Connection:
             hint="check that the file is readable and writable and the disk is not full",
         ) from exc
     return conn
+
+
+def write_error(path: Path, exc: sqlite3.Error) -> StorageError:
+    """The error for a write the database at ``path`` refused: its transaction kept
+    nothing."""
+    return StorageError(
+        f"cannot write to the acode database {path}: {exc}",
+        hint="nothing of this write was kept; free disk space or fix the file's "
+        "permissions, then continue with `acode resume`",
+    )
 
 
 # SQLite's primary result codes for a file that is no database, or a damaged one.

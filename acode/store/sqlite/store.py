@@ -36,7 +36,7 @@ from acode.store.records import (
     SessionRow,
 )
 from acode.store.sqlite.blobs import INSERT_BLOB, compress, get_blob
-from acode.store.sqlite.connection import atomic, connect
+from acode.store.sqlite.connection import atomic, connect, write_error
 from acode.store.sqlite.keys import SPAN as _SPAN
 from acode.store.sqlite.keys import key
 from acode.store.sqlite.migrations import migrate
@@ -406,7 +406,7 @@ class SqliteStore(SyncBookkeeping):
                 )
                 _run(conn, _statements(int(cur.lastrowid or 0), first))
         except sqlite3.Error as exc:
-            raise self._write_error(exc) from exc
+            raise write_error(self.path, exc) from exc
         return self.session(session_id)
 
     def session(self, session_id: str) -> SessionRow:
@@ -472,7 +472,7 @@ class SqliteStore(SyncBookkeeping):
             with atomic(self.conn) as conn:
                 _run(conn, statements)
         except sqlite3.Error as exc:
-            raise self._write_error(exc) from exc
+            raise write_error(self.path, exc) from exc
 
     def append_completion(
         self,
@@ -501,14 +501,7 @@ class SqliteStore(SyncBookkeeping):
         try:
             self.conn.execute(INSERT_EVENT, row)
         except sqlite3.Error as exc:
-            raise self._write_error(exc) from exc
-
-    def _write_error(self, exc: sqlite3.Error) -> StorageError:
-        return StorageError(
-            f"cannot write to the acode database {self.path}: {exc}",
-            hint="nothing of this write was kept; free disk space or fix the file's "
-            "permissions, then continue with `acode resume`",
-        )
+            raise write_error(self.path, exc) from exc
 
     def rechain(
         self,
@@ -540,7 +533,7 @@ class SqliteStore(SyncBookkeeping):
                 )
                 conn.execute(MARK_RECHAINED, (chain, key_id, session.sid))
         except sqlite3.Error as exc:
-            raise self._write_error(exc) from exc
+            raise write_error(self.path, exc) from exc
         return True
 
     # -- reads ----------------------------------------------------------------------

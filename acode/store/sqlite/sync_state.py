@@ -9,9 +9,10 @@ and ignores, so a sync connection may use durability ``normal``.
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 from acode.store.records import Backlog, SyncStateRow
-from acode.store.sqlite.connection import atomic
+from acode.store.sqlite.connection import atomic, write_error
 from acode.store.sqlite.keys import SPAN, key
 
 __all__ = ["SyncBookkeeping"]
@@ -52,6 +53,7 @@ class SyncBookkeeping:
     outcome."""
 
     conn: sqlite3.Connection
+    path: Path
 
     def sync_state(self, sid: int) -> SyncStateRow:
         row = self.conn.execute(SELECT_STATE, (sid,)).fetchone()
@@ -70,9 +72,14 @@ class SyncBookkeeping:
 
     def mark_synced(self, sid: int, remote_id: str, seq: int, now_us: int) -> None:
         """The remote committed every event up to ``seq``: call only after its commit."""
-        with atomic(self.conn) as conn:
-            conn.execute(MARK_SYNCED, (sid, remote_id, seq, now_us, now_us))
+        self._write(MARK_SYNCED, (sid, remote_id, seq, now_us, now_us))
 
     def record_failure(self, sid: int, reason: str, now_us: int, next_retry_us: int) -> None:
-        with atomic(self.conn) as conn:
-            conn.execute(RECORD_FAILURE, (sid, now_us, reason, next_retry_us, now_us))
+        self._write(RECORD_FAILURE, (sid, now_us, reason, next_retry_us, now_us))
+
+    def _write(self, sql: str, parameters: tuple[object, ...]) -> None:
+        try:
+            with atomic(self.conn) as conn:
+                conn.execute(sql, parameters)
+        except sqlite3.Error as exc:
+            raise write_error(self.path, exc) from exc

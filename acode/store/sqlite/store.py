@@ -365,7 +365,10 @@ class SqliteStore(SyncBookkeeping):
 
     @property
     def url(self) -> str:
-        return f"sqlite://{self.path.absolute()}"
+        from urllib.parse import quote
+
+        # Quoted: a file name may hold a "%", "?" or "#" of its own.
+        return f"sqlite://{quote(str(self.path.absolute()))}"
 
     def close(self) -> None:
         self.conn.close()

@@ -237,9 +237,9 @@ def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> 
                 f"the store URL {_shown(url)!r} is not a SQLite URL acode takes", hint=_HINT
             )
         return _sqlite(Path(unquote(parts.path)), durability)
+    kind = f"{parts.scheme}://" if parts.scheme else "no scheme"
     raise StoreUrlError(
-        f"the store URL {_shown(url)!r} names a kind of store acode does not know "
-        f"({parts.scheme or 'no scheme'}://)",
+        f"the store URL {_shown(url)!r} names a kind of store acode does not know ({kind})",
         hint=_HINT,
     )
 

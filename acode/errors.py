@@ -9,6 +9,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     │   ├── PlanError              a plan file is malformed                     exit 2
     │   ├── AmbiguousSessionError  an id prefix matches several sessions        exit 2
     │   └── CookieError            no cookie, or not the work session's (WORK-001) exit 2
+    │   └── StoreUrlError          no store backend takes the URL (ACODE-DB-004) exit 2
     ├── SessionNotFoundError       no session has that id                       exit 1
     ├── NothingToResumeError       ACODE-RESUME-001                             exit 14
     ├── TerminalStateError         ACODE-RESUME-002                             exit 15
@@ -69,6 +70,7 @@ __all__ = [
     "SessionNotFoundError",
     "StepFailedError",
     "StorageError",
+    "StoreUrlError",
     "TerminalStateError",
     "TooOldForAutopilotError",
     "UsageError",
@@ -108,6 +110,7 @@ class ErrorCode(StrEnum):
     STORAGE = "ACODE-DB-001"
     SCHEMA_TOO_NEW = "ACODE-DB-002"
     DATABASE_DAMAGED = "ACODE-DB-003"
+    STORE_URL = "ACODE-DB-004"
     WORK_COOKIE = "ACODE-WORK-001"
     WORK_CONTRACT = "ACODE-WORK-002"
     WORK_NOT_FOUND = "ACODE-WORK-003"
@@ -152,6 +155,12 @@ class PlanError(UsageError):
 
 class AmbiguousSessionError(UsageError):
     code = ErrorCode.SESSION_AMBIGUOUS
+
+
+class StoreUrlError(UsageError):
+    """A store URL that no store backend takes: an unknown scheme, or a malformed URL."""
+
+    code = ErrorCode.STORE_URL
 
 
 class SessionNotFoundError(AcodeError):

@@ -245,7 +245,7 @@ class _InProcess:
     def __init__(self, repo: Path, touched: str) -> None:
         from acode.resume.service import select_for_resume
         from acode.runtime.lifecycle import existing_workspace
-        from acode.store.sqlite_store import open_store
+        from acode.store.base import open_store
 
         self.repo = repo
         ws = existing_workspace(repo)

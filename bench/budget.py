@@ -32,8 +32,8 @@ from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import existing_workspace, start_session
 from acode.runtime.snapshot import snapshot_worktree
 from acode.security.signing import load_signer
+from acode.store.base import EventStore, open_store
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore, open_store
 
 __all__ = ["BUDGET", "Budget", "plan_session", "run_budget"]
 
@@ -108,19 +108,19 @@ def _state_recovery(workspace: Path, session_id: str) -> None:
         store.close()
 
 
-def _loaded(workspace: Path, session_id: str) -> tuple[SqliteStore, SessionRow, Journal]:
+def _loaded(workspace: Path, session_id: str) -> tuple[EventStore, SessionRow, Journal]:
     ws = existing_workspace(workspace)
     store = open_store(ws.paths.db, ws.config.durability)
     row = select_for_resume(store, session_id)
     return store, row, Journal.load(store, row, SystemClock(), load_signer())
 
 
-def _environment(store: SqliteStore, row: SessionRow, workspace: Path) -> None:
+def _environment(store: EventStore, row: SessionRow, workspace: Path) -> None:
     """Every file the session touched against its record (size and mtime first)."""
     changed_files(workspace, store.file_fields(row.sid))
 
 
-def _continuation(store: SqliteStore, row: SessionRow, journal: Journal) -> None:
+def _continuation(store: EventStore, row: SessionRow, journal: Journal) -> None:
     """The recorded plan against the recorded steps: what is done, what runs next (as
     acode.resume.service does it)."""
     summary = journal.summary

@@ -98,8 +98,8 @@ def _recorded(workspace: Path, events: int) -> str:
 
 
 def _throughput(admin: str, workspace: Path, session_id: str, batch: int, n: int) -> float:
-    from acode.store.sqlite_store import open_store
-    from acode.store.sync_state import SyncLedger
+
+    from acode.store.base import open_store
     from acode.sync.notices import now_us
     from acode.sync.pusher import push_session
     from acode.sync.remote import connect_remote
@@ -110,7 +110,7 @@ def _throughput(admin: str, workspace: Path, session_id: str, batch: int, n: int
         try:
             gc.collect()
             start = time.perf_counter()
-            pushed = push_session(SyncLedger(store), remote, session_id, now_us, batch_size=batch)
+            pushed = push_session(store, remote, session_id, now_us, batch_size=batch)
             seconds = time.perf_counter() - start
         finally:
             remote.close()

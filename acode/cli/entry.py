@@ -71,7 +71,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(interrupted())
     except Exception as unexpected:
-        from acode.store.connection import damaged_database
+        from acode.store.sqlite.connection import damaged_database
 
         # A damaged database file is met by whichever query reads the damaged page first:
         # the environment's fault, reported as such wherever it surfaces.

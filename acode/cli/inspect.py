@@ -21,7 +21,7 @@ from acode.runtime.inspection import read_store
 if TYPE_CHECKING:
     from acode.domain.position import Position
     from acode.runtime.inspection import SessionDetail
-    from acode.store.sqlite_store import SqliteStore
+    from acode.store.base import EventStore
 
 __all__ = [
     "session_checkpoint",
@@ -66,7 +66,7 @@ def _no_sessions(workspace: Path) -> NothingToResumeError:
     )
 
 
-def _position(store: SqliteStore, detail: SessionDetail) -> Position | None:
+def _position(store: EventStore, detail: SessionDetail) -> Position | None:
     """The step the session is at, placed in its plan."""
     from acode.resume.listing import session_position
 

@@ -50,8 +50,8 @@ from acode.runtime.workspace import StatePaths
 
 if TYPE_CHECKING:
     from acode.runtime.steps.base import InProgressStrategy
+    from acode.store.base import EventStore
     from acode.store.records import SessionRow
-    from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["ResumeRequest", "run_resume"]
 
@@ -108,7 +108,7 @@ def _dry_run(req: ResumeRequest, mode: Mode, *, can_ask: bool) -> int:
         return _show(req, session_id, store, can_ask=can_ask)
 
 
-def _show(req: ResumeRequest, session_id: str, store: SqliteStore | None, *, can_ask: bool) -> int:
+def _show(req: ResumeRequest, session_id: str, store: EventStore | None, *, can_ask: bool) -> int:
     """The dry run's preview of ``session_id``, read from ``store`` when the session was
     found in it (the store is opened once)."""
     try:
@@ -335,7 +335,7 @@ def _resume(
         return drive_plan(session, preview.plan, as_json=req.as_json)
 
 
-def _pick(store: SqliteStore | None, mode: Mode, as_json: bool) -> str | None:
+def _pick(store: EventStore | None, mode: Mode, as_json: bool) -> str | None:
     """The session to resume of the workspace's ``store`` (None: none was ever recorded):
     the most recent, or the one a person chooses; None when they choose none."""
     found = candidates(store, time.time_ns() // 1000) if store is not None else []
@@ -355,7 +355,7 @@ def _pick(store: SqliteStore | None, mode: Mode, as_json: bool) -> str | None:
     return _choose(found, places)
 
 
-def _place(store: SqliteStore, c: Candidate) -> str:
+def _place(store: EventStore, c: Candidate) -> str:
     from acode.resume.listing import session_position
 
     position = session_position(store, c.row)

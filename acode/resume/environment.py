@@ -27,7 +27,7 @@ from acode.store.records import FileFields, FileRow
 
 if TYPE_CHECKING:
     from acode.runtime.rollback import Kept
-    from acode.store.sqlite_store import SqliteStore
+    from acode.store.base import EventStore
 
 __all__ = [
     "Change",
@@ -263,7 +263,7 @@ def changed_files(
     workspace: Path, recorded: Iterable[FileFields], *, ignore: frozenset[str] = frozenset()
 ) -> tuple[list[str], list[ChangedFile]]:
     """(the files checked, the ones that differ from the record). ``recorded``: FileRows,
-    or their fields as plain tuples (:meth:`SqliteStore.file_fields`). Each path is
+    or their fields as plain tuples (:meth:`EventStore.file_fields`). Each path is
     resolved from the workspace's descriptor (:class:`Beneath`), so that none is followed
     out.
 
@@ -463,7 +463,7 @@ def check_model(config: AcodeConfig, *, until: float | None = None) -> ModelChec
 
 
 def recorded_content(
-    store: SqliteStore | None, workspace: Path, change: ChangedFile
+    store: EventStore | None, workspace: Path, change: ChangedFile
 ) -> bytes | None:
     """What ``change`` is measured from: the content the session recorded, or the file
     as the pause left it (empty when it was not there); None when it is not at hand."""

@@ -19,8 +19,8 @@ from acode.domain.states import SessionState
 from acode.errors import AcodeError, NothingToResumeError
 from acode.runtime.catalog import PLAN_EVENT_SEQ, resumable_sessions
 from acode.runtime.inspection import read_store
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["ResumableSession", "list_resumable", "session_position"]
 
@@ -71,7 +71,7 @@ def list_resumable(workspace: Path | str = ".") -> list[ResumableSession]:
 
 
 def session_position(
-    store: SqliteStore, row: SessionRow, step_id: str | None = None, task_id: str | None = None
+    store: EventStore, row: SessionRow, step_id: str | None = None, task_id: str | None = None
 ) -> Position | None:
     """Where ``step_id`` (default: the newest step the session began) is in the
     session's plan: "Task 2/3, Step 3/5 (implement > build)"; only its ids when the

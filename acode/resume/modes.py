@@ -20,8 +20,8 @@ from acode.domain.age import AgeJudgement, ago_text, judge_age
 from acode.runtime.catalog import resumable_sessions
 from acode.runtime.log import log_event
 from acode.runtime.workspace import StatePaths
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore
 
 if TYPE_CHECKING:
     from acode.resume.environment import ChangedFile
@@ -77,7 +77,7 @@ class Candidate:
         return f"{task}{self.row.current_step}"
 
 
-def candidates(store: SqliteStore, now_us: int) -> list[Candidate]:
+def candidates(store: EventStore, now_us: int) -> list[Candidate]:
     """The sessions `acode resume` can continue, most recent first, with their age."""
     return [
         Candidate(row, judge_age(max(0, now_us - row.updated_at) // 1_000_000))

@@ -61,8 +61,8 @@ from acode.runtime.progress_file import progress_path, recorded_checkpoint
 from acode.runtime.sync_link import open_sync_link, sync_status
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
+from acode.store.base import EventStore, open_store
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore, open_store
 
 if TYPE_CHECKING:
     from acode.domain.continuation import ContinuationPlan
@@ -155,7 +155,7 @@ def _existing(workspace: Path | str, config: AcodeConfig | None) -> Workspace:
         raise NothingToResumeError(exc.message, hint=exc.hint) from exc
 
 
-def select_for_resume(store: SqliteStore, id_or_prefix: str | None) -> SessionRow:
+def select_for_resume(store: EventStore, id_or_prefix: str | None) -> SessionRow:
     """The session to resume: the one named, else the most recent resumable one. Whether
     it can be resumed is decided once its history is verified (``_refuse``)."""
     if id_or_prefix is None:
@@ -342,7 +342,7 @@ def _preview(
 
 
 def _last_completed(
-    store: SqliteStore, row: SessionRow, plan: Plan | None, c: ContinuationPlan | None
+    store: EventStore, row: SessionRow, plan: Plan | None, c: ContinuationPlan | None
 ) -> Position | None:
     """The completed step of the highest position: a plan's from its continuation (the
     signed history's), any other's read backwards from the end of the history, a few
@@ -401,7 +401,7 @@ def _replay_order(
     return order
 
 
-def _needs_model(store: SqliteStore, preview: ResumePreview) -> bool:
+def _needs_model(store: EventStore, preview: ResumePreview) -> bool:
     """Whether the rest of the session talks to the model."""
     if preview.agent is not None:
         return True
@@ -566,7 +566,7 @@ def preview_resume(
 
 
 def preview_in(
-    store: SqliteStore, workspace: Path | str, id_or_prefix: str | None, *, verify: bool = False
+    store: EventStore, workspace: Path | str, id_or_prefix: str | None, *, verify: bool = False
 ) -> ResumePreview:
     """``preview_resume`` read from the workspace's ``store``, which the caller opened
     (the CLI, to find the session in it) and closes. Whatever durability it was opened
@@ -579,7 +579,7 @@ def preview_in(
 
 
 def _preview_in(
-    store: SqliteStore,
+    store: EventStore,
     ws: Workspace,
     id_or_prefix: str | None,
     clock: Clock,

@@ -19,8 +19,8 @@ from acode.errors import (
     UsageError,
 )
 from acode.runtime.history import History
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore
 
 if TYPE_CHECKING:
     from acode.domain.plan import Plan
@@ -44,7 +44,7 @@ PLAN_EVENT_SEQ = 2  # a plan session's events start: session_created, plan_recor
 _PREFIX = re.compile(r"[0-9a-f-]{1,36}")
 
 
-def find_session(store: SqliteStore, id_or_prefix: str) -> SessionRow:
+def find_session(store: EventStore, id_or_prefix: str) -> SessionRow:
     prefix = id_or_prefix.strip().lower()
     if not _PREFIX.fullmatch(prefix):
         raise UsageError(
@@ -54,7 +54,7 @@ def find_session(store: SqliteStore, id_or_prefix: str) -> SessionRow:
     matches = store.sessions_with_prefix(prefix)
     if not matches:
         raise SessionNotFoundError(
-            f"no session with id {id_or_prefix!r} in {store.path}",
+            f"no session with id {id_or_prefix!r} in {store.location}",
             hint="`acode session list` shows the sessions of this workspace",
         )
     if len(matches) > 1:
@@ -71,7 +71,7 @@ def find_session(store: SqliteStore, id_or_prefix: str) -> SessionRow:
 LEDGER_KINDS = frozenset({"work", "tasks"})
 
 
-def resumable_sessions(store: SqliteStore) -> list[SessionRow]:
+def resumable_sessions(store: EventStore) -> list[SessionRow]:
     """Sessions that `acode resume` may continue, most recently updated first."""
     return [row for row in store.sessions() if is_resumable_row(row)]
 
@@ -84,7 +84,7 @@ def is_resumable_row(row: SessionRow) -> bool:
 
 # Where a recorded start is read from: a session's History, which authenticates each
 # event it reads (what a resume relies on), or the store as it is (what a view shows).
-Source = SqliteStore | History
+Source = EventStore | History
 
 
 def _event(source: Source, row: SessionRow, seq: int) -> Event:

@@ -26,8 +26,8 @@ from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import existing_workspace, take_lock
 from acode.security.signing import Signer, load_signer
+from acode.store.base import open_store
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import open_store
 
 __all__ = ["Decision", "PendingApproval", "decide_approval", "pending_approval"]
 

@@ -21,8 +21,8 @@ from acode.runtime.catalog import recorded_plan
 from acode.runtime.progress_file import iso_time, render_progress
 from acode.runtime.workspace import AGENT_DIR
 from acode.security.redaction import redact_json
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -38,7 +38,7 @@ EXPORT_VERSION = 1
 ExportFormat = Literal["md", "json"]
 
 
-def export_session(store: SqliteStore, row: SessionRow, fmt: ExportFormat) -> str:
+def export_session(store: EventStore, row: SessionRow, fmt: ExportFormat) -> str:
     """The session as markdown (the progress file) or as a complete, redacted JSON document."""
     if fmt not in ("md", "json"):
         raise UsageError(f"unknown export format {fmt!r}", hint="use --format md or --format json")
@@ -54,7 +54,7 @@ def export_session(store: SqliteStore, row: SessionRow, fmt: ExportFormat) -> st
 
 
 def _document(
-    store: SqliteStore,
+    store: EventStore,
     row: SessionRow,
     summary: SessionSummary,
     events: Sequence[Event],
@@ -111,7 +111,7 @@ def _document(
     }
 
 
-def _session(store: SqliteStore, row: SessionRow) -> dict[str, Any]:
+def _session(store: EventStore, row: SessionRow) -> dict[str, Any]:
     return {
         "id": row.id,
         "short_id": row.short_id or store.short_id(row.id),

@@ -22,7 +22,7 @@ from acode.security.signing import SECRET_ENV, key_path
 from acode.store.records import MessageRow, SessionRow
 
 if TYPE_CHECKING:
-    from acode.store.sqlite_store import SqliteStore
+    from acode.store.base import EventStore
 
 __all__ = ["EventRow", "History", "key_changed_error", "messages_digest"]
 
@@ -42,7 +42,7 @@ class History:
     which a failed check then names instead of an edit."""
 
     def __init__(
-        self, store: SqliteStore, row: SessionRow, chain: ChainKey, *, key_changed: bool
+        self, store: EventStore, row: SessionRow, chain: ChainKey, *, key_changed: bool
     ) -> None:
         self.store = store
         self.row = row

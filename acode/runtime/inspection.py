@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from acode.runtime.workspace import StatePaths
-from acode.store.sqlite_store import SqliteStore, open_store
+from acode.store.base import EventStore, open_store
 
 # Reading the store (``read_store``, what `acode session list` does) loads nothing more;
 # the journal, the locks and the key load with the views that verify a history.
@@ -30,7 +30,7 @@ __all__ = [
 
 
 @contextmanager
-def read_store(workspace: Path) -> Iterator[SqliteStore | None]:
+def read_store(workspace: Path) -> Iterator[EventStore | None]:
     """The workspace's store, or None when no session was ever recorded there
     (reading must not create acode's state in a directory)."""
     paths = StatePaths(workspace)
@@ -61,7 +61,7 @@ def lock_holder(workspace: Path, session_id: str) -> str | None:
     return holder(StatePaths(workspace).locks, session_id)
 
 
-def session_detail(store: SqliteStore, workspace: Path, id_or_prefix: str | None) -> SessionDetail:
+def session_detail(store: EventStore, workspace: Path, id_or_prefix: str | None) -> SessionDetail:
     from acode.runtime.clock import SystemClock
     from acode.runtime.journal import Journal
     from acode.security.signing import load_signer
@@ -78,14 +78,14 @@ def session_detail(store: SqliteStore, workspace: Path, id_or_prefix: str | None
     )
 
 
-def model_usage(store: SqliteStore, row: SessionRow) -> Usage:
+def model_usage(store: EventStore, row: SessionRow) -> Usage:
     """Tokens and cost of the session's answered model calls, across all its runs."""
     from acode.domain.usage import total_usage
 
     return total_usage(store.model_results(row))
 
 
-def chosen_session(store: SqliteStore, id_or_prefix: str | None) -> SessionRow:
+def chosen_session(store: EventStore, id_or_prefix: str | None) -> SessionRow:
     """The session an id or prefix names; with none, the most recent one not discarded
     (what `acode status` and `acode session history` show without an id)."""
     from acode.errors import NothingToResumeError
@@ -102,7 +102,7 @@ def chosen_session(store: SqliteStore, id_or_prefix: str | None) -> SessionRow:
     return rows[0]
 
 
-def session_events(store: SqliteStore, id_or_prefix: str | None) -> list[Event]:
+def session_events(store: EventStore, id_or_prefix: str | None) -> list[Event]:
     """The session's events in replay order (the most recent session's without an id); a
     disagreement with their sequence numbers is corruption and is reported, never hidden."""
     from acode.domain.events import replay_order

@@ -33,8 +33,8 @@ from acode.errors import CheckpointError, ErrorCode
 from acode.runtime.clock import Clock, SystemClock
 from acode.runtime.history import History, key_changed_error, messages_digest
 from acode.security.signing import Signer
+from acode.store.base import EventStore
 from acode.store.records import CheckpointRow, Commit, FileRow, MessageRow, SessionRow
-from acode.store.sqlite_store import SqliteStore, event_row
 
 __all__ = [
     "Journal",
@@ -47,7 +47,7 @@ __all__ = [
 # A checkpoint writes its summary out when the newest one this journal wrote is this many
 # events old, and at the journal's first checkpoint; the others leave it out, about a
 # tenth of a step's bytes, and readers fold it back from the newest one written
-# (SqliteStore._derived_summary), at most this many events.
+# (the store derives it, see EventStore.checkpoints), at most this many events.
 SUMMARY_EVERY = 32
 
 
@@ -84,7 +84,7 @@ class _Tail(NamedTuple):
 class Journal:
     def __init__(
         self,
-        store: SqliteStore,
+        store: EventStore,
         row: SessionRow,
         summary: SessionSummary | None,
         tail: _Tail,
@@ -120,7 +120,7 @@ class Journal:
 
     @property
     def unledgered_step_ids(self) -> frozenset[str]:
-        """The step ids the store's ledger does not hold yet (``SqliteStore.has_step_id``)."""
+        """The step ids the store's ledger does not hold yet (``EventStore.has_step_id``)."""
         return frozenset(self._unledgered)
 
     @property
@@ -247,10 +247,9 @@ class Journal:
         assert self.summary is not None
         summary = fold_completed(self.summary, seq, payload)
         tag = self._sign(summary.encode(), seq, head, stamp.ts_us)
-        row = event_row(
-            self.row.sid, seq, stamp.event_id, stamp.ts_us, type_, payload_json, head, None, tag
+        self.store.append_completion(
+            self.row.sid, seq, stamp.event_id, stamp.ts_us, payload_json, head, tag
         )
-        self.store.append_event(row)
         self._committed(summary, _Tail(stamp, head, seq), True, False, [payload["step"]])
 
     def unfinished_steps(self) -> list[StepRecord]:
@@ -326,7 +325,7 @@ class Journal:
     # -- loading -------------------------------------------------------------------
 
     @classmethod
-    def load(cls, store: SqliteStore, row: SessionRow, clock: Clock, signer: Signer) -> Journal:
+    def load(cls, store: EventStore, row: SessionRow, clock: Clock, signer: Signer) -> Journal:
         """The journal as of the session's newest checkpoint, plus the events after it.
         The checkpoint's signature must verify and its event must hold its link, and so
         must every event after it: a checkpoint that does not verify is the database
@@ -369,7 +368,7 @@ class Journal:
         return journal
 
 
-def verify_history(store: SqliteStore, row: SessionRow, signer: Signer) -> SessionSummary:
+def verify_history(store: EventStore, row: SessionRow, signer: Signer) -> SessionSummary:
     """Fold the whole history from the first event, checking every link of the chain,
     the newest checkpoints, the messages and the rows of the `steps` table; the first
     divergence is reported as non-determinism, never papered over."""
@@ -426,7 +425,7 @@ def verify_history(store: SqliteStore, row: SessionRow, signer: Signer) -> Sessi
     return summary
 
 
-def _verify_ledger(store: SqliteStore, row: SessionRow, steps: dict[int, StepRecord]) -> None:
+def _verify_ledger(store: EventStore, row: SessionRow, steps: dict[int, StepRecord]) -> None:
     """The step id ledger holds exactly the ids the events name, but for those of the
     newest events, which it may not hold yet."""
     named = {record.step_id: record for record in steps.values()}
@@ -524,7 +523,7 @@ def _resolve(step: StepRecord, events: list[Event]) -> StepRecord:
 
 
 def new_session_journal(
-    store: SqliteStore,
+    store: EventStore,
     *,
     session_id: str,
     title: str,

@@ -20,7 +20,7 @@ from acode.runtime.config import load_config
 from acode.runtime.private_dirs import check_state_dir
 from acode.runtime.workspace import StatePaths, ensure_state_ignored
 from acode.security.signing import load_signer
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 
 # What only starting a session or taking its lock needs is loaded there: the commands
 # that only read sessions, and the dry run of resume, open the workspace alone.

@@ -19,15 +19,15 @@ from acode.runtime.lifecycle import Workspace, existing_workspace, take_lock
 from acode.runtime.locks import LockOwner, force_unlock, is_locked, read_owner
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
+from acode.store.base import EventStore, open_store
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore, open_store
 
 __all__ = ["discard_session", "locked_session", "unlock_session"]
 
 
 class _Locked(NamedTuple):
     workspace: Workspace
-    store: SqliteStore
+    store: EventStore
     row: SessionRow
     clock: Clock
 

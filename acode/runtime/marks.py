@@ -18,8 +18,8 @@ from acode.domain.marks import Mark, check_label
 from acode.runtime.journal import Journal
 from acode.runtime.maintenance import locked_session
 from acode.security.signing import load_signer
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["Marked", "mark_checkpoint", "record_mark", "session_marks"]
 
@@ -32,7 +32,7 @@ class Marked(NamedTuple):
     row: SessionRow
 
 
-def session_marks(store: SqliteStore, row: SessionRow, after_seq: int = 0) -> list[Mark]:
+def session_marks(store: EventStore, row: SessionRow, after_seq: int = 0) -> list[Mark]:
     """The session's marks after event ``after_seq``, oldest first."""
     return [
         Mark.from_event(e.seq, e.ts_us, e.payload)

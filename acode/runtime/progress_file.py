@@ -30,8 +30,8 @@ from acode.runtime.files import atomic_write
 from acode.runtime.journal import Journal
 from acode.runtime.workspace import StatePaths
 from acode.security.redaction import redact, redact_blocks, redact_json
+from acode.store.base import EventStore
 from acode.store.records import MessageRow, SessionRow
-from acode.store.sqlite_store import SqliteStore
 
 # What only writing the file needs (usage, marks) loads with the first write: a resume's
 # dry run reads the file's checkpoint line alone (``recorded_checkpoint``).
@@ -76,7 +76,7 @@ def iso_time(us: int, *, precise: bool = False) -> str:
 
 
 def render_progress(
-    store: SqliteStore,
+    store: EventStore,
     row: SessionRow,
     summary: SessionSummary,
     *,
@@ -142,7 +142,7 @@ def _one_line(text: str) -> str:
 
 
 def _metadata(
-    store: SqliteStore,
+    store: EventStore,
     row: SessionRow,
     summary: SessionSummary,
     plan: Plan | None,
@@ -209,7 +209,7 @@ def _configuration(row: SessionRow) -> str:
     return f"## Configuration\n\n{_fence(body, 'yaml')}"
 
 
-def _conversation(store: SqliteStore, row: SessionRow) -> str:
+def _conversation(store: EventStore, row: SessionRow) -> str:
     messages = store.messages(row.sid)
     parts = ["## Conversation History"]
     if not messages:
@@ -246,7 +246,7 @@ def _message(message: MessageRow) -> str:
 
 
 def _tool_results(
-    store: SqliteStore, row: SessionRow, summary: SessionSummary, records: Sequence[StepRecord]
+    store: EventStore, row: SessionRow, summary: SessionSummary, records: Sequence[StepRecord]
 ) -> str:
     finished = [r for r in records if r.status in (StepStatus.COMPLETED, StepStatus.FAILED)]
     finished = finished[-SHOWN_RESULTS:]
@@ -294,7 +294,7 @@ def _shown_result(kind: str, result: Any) -> Any:
     return shown
 
 
-def _pending(store: SqliteStore, row: SessionRow, plan: Plan | None) -> list[str] | None:
+def _pending(store: EventStore, row: SessionRow, plan: Plan | None) -> list[str] | None:
     """The ids of the plan's steps that never started (None: no recorded plan), each
     looked up in the step id ledger and among the newest ids it does not hold yet."""
     if plan is None:

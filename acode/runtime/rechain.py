@@ -23,8 +23,8 @@ from acode.errors import CheckpointError, ErrorCode
 from acode.runtime.history import messages_digest
 from acode.runtime.journal import checkpoint_message, stored_summary
 from acode.security.signing import SECRET_ENV, Signer
+from acode.store.base import EventStore
 from acode.store.records import CheckpointRow, MessageRow, SessionRow
-from acode.store.sqlite_store import SqliteStore
 
 __all__ = ["rechain"]
 
@@ -32,7 +32,7 @@ __all__ = ["rechain"]
 _UNCHECKPOINTED = frozenset({EventType.STEP_STARTED, EventType.STEP_ROLLED_BACK})
 
 
-def rechain(store: SqliteStore, row: SessionRow, signer: Signer) -> SessionRow:
+def rechain(store: EventStore, row: SessionRow, signer: Signer) -> SessionRow:
     """Session ``row``, its history verified and chained again under ``signer``'s key;
     CheckpointError, with nothing changed, when it does not verify."""
     events = store.events(row)

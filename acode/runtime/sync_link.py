@@ -20,8 +20,8 @@ from acode.runtime.workspace import StatePaths
 if TYPE_CHECKING:
     from acode.runtime.journal import Journal
     from acode.runtime.observer import Observer
+    from acode.store.base import EventStore
     from acode.store.records import SessionRow
-    from acode.store.sqlite_store import SqliteStore
     from acode.sync.notices import SyncNotice
     from acode.sync.status import SyncStatus
     from acode.sync.worker import SyncWorker
@@ -37,15 +37,14 @@ def open_sync_link(paths: StatePaths, remote: str | None, session_id: str) -> Sy
     return SyncLink(paths, remote, session_id) if remote else None
 
 
-def sync_status(store: SqliteStore, row: SessionRow, remote: str | None) -> SyncStatus | None:
+def sync_status(store: EventStore, row: SessionRow, remote: str | None) -> SyncStatus | None:
     """Where ``row`` stands with ``remote``, from the local database alone; None (and
     nothing imported) without a remote."""
     if not remote:
         return None
-    from acode.store.sync_state import SyncLedger
     from acode.sync.status import session_sync_status
 
-    return session_sync_status(SyncLedger(store), row, remote)
+    return session_sync_status(store, row, remote)
 
 
 def log_sync_notice(paths: StatePaths, notice: SyncNotice) -> None:
@@ -113,7 +112,7 @@ class SyncLink:
         for notice in held:
             self._deliver(notice)
         worker = SyncWorker(
-            database=journal.store.path,
+            store_url=journal.store.url,
             dsn=self._dsn,
             session_id=self._session_id,
             lease=self._lease,

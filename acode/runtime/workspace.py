@@ -72,7 +72,7 @@ class StatePaths(NamedTuple):
         except OSError:  # no folder, nothing was recorded
             return
         if recorded:
-            from acode.store.connection import database_damaged
+            from acode.store.sqlite.connection import database_damaged
 
             folders = f"{recorded} session folder{'s' if recorded > 1 else ''}"
             raise database_damaged(

@@ -13,7 +13,16 @@ from typing import NamedTuple
 from acode.domain.events import Event
 from acode.domain.reducer import StepRecord
 
-__all__ = ["CheckpointRow", "Commit", "FileFields", "FileRow", "MessageRow", "SessionRow"]
+__all__ = [
+    "Backlog",
+    "CheckpointRow",
+    "Commit",
+    "FileFields",
+    "FileRow",
+    "MessageRow",
+    "SessionRow",
+    "SyncStateRow",
+]
 
 
 class SessionRow(NamedTuple):
@@ -111,3 +120,36 @@ class Commit(NamedTuple):
     blobs: Sequence[tuple[str, bytes]] = ()
     files: Sequence[FileRow] = ()
     archive: bool = False  # take the session off the resumable list
+
+
+class SyncStateRow(NamedTuple):
+    """A session's sync bookkeeping; times in microseconds since the epoch."""
+
+    remote_id: str | None = None
+    synced_seq: int = 0
+    last_attempt: int | None = None
+    last_success: int | None = None
+    last_error: str | None = None
+    next_retry: int | None = None
+    failures: int = 0
+    down_since: int | None = None
+
+    def synced_for(self, remote_id: str) -> int:
+        """What ``remote_id`` holds: nothing, as far as we know, when it is not the
+        remote recorded here (the configuration now names another one)."""
+        return self.synced_seq if self.remote_id == remote_id else 0
+
+
+class Backlog(NamedTuple):
+    """One session's position: its last event and what the recorded remote holds."""
+
+    session_id: str
+    last_seq: int
+    remote_id: str | None
+    synced_seq: int
+
+    def pending_for(self, remote_id: str | None = None) -> int:
+        """Events ``remote_id`` lacks (None: the recorded remote, which is all that can
+        be known without asking it)."""
+        held = self.synced_seq if remote_id in (None, self.remote_id) else 0
+        return max(0, self.last_seq - held)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from acode.domain.backoff import Backoff
-from acode.store.sync_state import SyncLedger, SyncStateRow
+from acode.store.base import EventStore
+from acode.store.records import SyncStateRow
 
 __all__ = [
     "NoticeKind",
@@ -48,12 +49,12 @@ def now_us() -> int:
 
 
 def record_failure(
-    ledger: SyncLedger, sid: int, reason: str, failures: int, backoff: Backoff
+    store: EventStore, sid: int, reason: str, failures: int, backoff: Backoff
 ) -> float:
     """Keep a failed attempt in `sync_state`; returns the seconds until the next one."""
     delay = backoff.delay(failures, random.random())
     now = now_us()
-    ledger.record_failure(sid, reason, now, now + int(delay * 1e6))
+    store.record_failure(sid, reason, now, now + int(delay * 1e6))
     return delay
 
 

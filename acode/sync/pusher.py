@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from acode.domain.events import Event
+from acode.store.base import EventStore
 from acode.store.records import CheckpointRow, SessionRow
-from acode.store.sync_state import SyncLedger
 from acode.sync.remote import Lease, LeaseHolder, Remote
 
 __all__ = ["BATCH_SIZE", "Batch", "PushResult", "next_batch", "push_session"]
@@ -40,21 +40,21 @@ class PushResult:
 
 
 def next_batch(
-    ledger: SyncLedger, session: SessionRow, remote_id: str, limit: int = BATCH_SIZE
+    store: EventStore, session: SessionRow, remote_id: str, limit: int = BATCH_SIZE
 ) -> Batch | None:
     """The oldest pending events of ``session`` for the remote ``remote_id``, with the
     checkpoints they complete; None when the remote has everything."""
-    synced = ledger.state(session.sid).synced_for(remote_id)
-    events = ledger.pending(session, synced, limit)
+    synced = store.sync_state(session.sid).synced_for(remote_id)
+    events = store.events(session, synced, limit)
     if not events:
         return None
     last = events[-1].seq
-    checkpoints = [cp for cp in ledger.store.checkpoints(session) if synced < cp.seq <= last]
+    checkpoints = [cp for cp in store.checkpoints(session) if synced < cp.seq <= last]
     return Batch(session, events, sorted(checkpoints, key=lambda cp: cp.id))
 
 
 def push_session(
-    ledger: SyncLedger,
+    store: EventStore,
     remote: Remote,
     session_id: str,
     now_us: Callable[[], int],
@@ -66,10 +66,10 @@ def push_session(
     """Push everything pending, then take (``lease``) or give up (``release``) the
     lease in the last transaction. Raises RemoteUnavailable; what was committed before
     stays marked."""
-    session = ledger.store.session(session_id)
+    session = store.session(session_id)
     pushed = 0
     while True:
-        batch = next_batch(ledger, session, remote.remote_id, batch_size)
+        batch = next_batch(store, session, remote.remote_id, batch_size)
         final = batch is None or len(batch.events) < batch_size
         if batch is None and pushed and lease is None and release is None:
             return PushResult(pushed)  # the last full batch was the end
@@ -81,10 +81,10 @@ def push_session(
             release=release if final else None,
         )
         if batch is None:
-            seq = ledger.state(session.sid).synced_for(remote.remote_id)
+            seq = store.sync_state(session.sid).synced_for(remote.remote_id)
         else:
             seq = batch.last_seq
             pushed += len(batch.events)
-        ledger.mark_synced(session.sid, remote.remote_id, seq, now_us())
+        store.mark_synced(session.sid, remote.remote_id, seq, now_us())
         if final:
             return PushResult(pushed, holder)

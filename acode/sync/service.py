@@ -18,9 +18,7 @@ from typing import Generic, TypeVar
 
 from acode.domain.backoff import Backoff
 from acode.errors import AcodeError, RemoteUnavailable, SchemaTooNewError
-from acode.store.connection import connect
-from acode.store.sqlite_store import SqliteStore
-from acode.store.sync_state import SyncLedger
+from acode.store.base import EventStore, open_store
 from acode.sync.dsn import describe_remote
 from acode.sync.notices import Report, now_us, reconnected, record_failure
 from acode.sync.pusher import push_session
@@ -110,33 +108,33 @@ def _within(timeout: float, initial: T, work: Callable[[_Latest[T]], None]) -> t
     return latest.value, finished
 
 
-def _open(database: Path) -> SqliteStore:
+def _open(database: Path) -> EventStore:
     # Durability normal: a lost mark only re-sends what the remote ignores.
-    return SqliteStore(connect(database, "normal"), database)
+    return open_store(database, "normal")
 
 
 def _failure_reason(exc: AcodeError) -> str:
     return exc.reason if isinstance(exc, RemoteUnavailable) else exc.message
 
 
-def _record(ledger: SyncLedger, session_id: str, reason: str, backoff: Backoff) -> None:
-    sid = ledger.store.session(session_id).sid
-    record_failure(ledger, sid, reason, ledger.state(sid).failures + 1, backoff)
+def _record(store: EventStore, session_id: str, reason: str, backoff: Backoff) -> None:
+    sid = store.session(session_id).sid
+    record_failure(store, sid, reason, store.sync_state(sid).failures + 1, backoff)
 
 
 def _push_all(
-    ledger: SyncLedger, remote: Remote, backoff: Backoff, report: Report | None
+    store: EventStore, remote: Remote, backoff: Backoff, report: Report | None
 ) -> tuple[list[SessionPush], str | None]:
     """Push every session with events the remote lacks, oldest session first."""
-    waiting = [b for b in ledger.backlog() if b.pending_for(remote.remote_id)]
+    waiting = [b for b in store.sync_backlog() if b.pending_for(remote.remote_id)]
     pushes: list[SessionPush] = []
     for index, item in enumerate(waiting):
-        before = ledger.state(ledger.store.session(item.session_id).sid)
+        before = store.sync_state(store.session(item.session_id).sid)
         try:
-            result = push_session(ledger, remote, item.session_id, now_us)
+            result = push_session(store, remote, item.session_id, now_us)
         except RemoteUnavailable as exc:
             for rest in waiting[index:]:
-                _record(ledger, rest.session_id, exc.reason, backoff)
+                _record(store, rest.session_id, exc.reason, backoff)
                 pushes.append(SessionPush(rest.session_id, 0, rest.pending_for(remote.remote_id)))
             return pushes, exc.reason
         notice = reconnected(before, item.session_id, remote.name, result.pushed)
@@ -147,18 +145,18 @@ def _push_all(
 
 
 def _attempt(
-    ledger: SyncLedger, dsn: str, backoff: Backoff, report: Report | None
+    store: EventStore, dsn: str, backoff: Backoff, report: Report | None
 ) -> tuple[list[SessionPush], str | None]:
     try:
         remote = connect_remote(dsn)
     except (RemoteUnavailable, SchemaTooNewError) as exc:
         reason = _failure_reason(exc)
-        waiting = [b for b in ledger.backlog() if b.pending_for()]
+        waiting = [b for b in store.sync_backlog() if b.pending_for()]
         for item in waiting:
-            _record(ledger, item.session_id, reason, backoff)
+            _record(store, item.session_id, reason, backoff)
         return [SessionPush(b.session_id, 0, b.pending_for()) for b in waiting], reason
     try:
-        return _push_all(ledger, remote, backoff, report)
+        return _push_all(store, remote, backoff, report)
     finally:
         remote.close()
 
@@ -190,15 +188,14 @@ def sync_workspace(
     def work(latest: _Latest[SyncReport]) -> None:
         store = _open(database)
         try:
-            ledger = SyncLedger(store)
-            waiting = [b for b in ledger.backlog() if b.pending_for()]
+            waiting = [b for b in store.sync_backlog() if b.pending_for()]
             latest.value = SyncReport(
                 name,
                 tuple(SessionPush(b.session_id, 0, b.pending_for()) for b in waiting),
                 reason=f"the remote did not answer within {timeout:g} s",
             )
             while True:
-                pushes, reason = _attempt(ledger, dsn, policy, report)
+                pushes, reason = _attempt(store, dsn, policy, report)
                 current = latest.value
                 latest.value = SyncReport(
                     name, _merge(current.sessions, pushes), reason, current.attempts + 1
@@ -224,23 +221,22 @@ def claim_session(
     def work(latest: _Latest[Claim]) -> None:
         store = _open(database)
         try:
-            ledger = SyncLedger(store)
             sid = store.session(session_id).sid
-            pending = ledger.last_seq(sid) - ledger.state(sid).synced_seq
+            pending = store.last_seq(sid) - store.sync_state(sid).synced_seq
             latest.value = replace(latest.value, pending=pending)
             try:
                 remote = connect_remote(dsn)
             except (RemoteUnavailable, SchemaTooNewError) as exc:
                 latest.value = Claim(name, reason=_failure_reason(exc), pending=pending)
-                _record(ledger, session_id, _failure_reason(exc), Backoff())
+                _record(store, session_id, _failure_reason(exc), Backoff())
                 return
             try:
-                result = push_session(ledger, remote, session_id, now_us, lease=lease)
+                result = push_session(store, remote, session_id, now_us, lease=lease)
                 newest = remote.newest_seq(session_id)
             except RemoteUnavailable as exc:
-                pending = ledger.last_seq(sid) - ledger.state(sid).synced_seq
+                pending = store.last_seq(sid) - store.sync_state(sid).synced_seq
                 latest.value = Claim(name, reason=exc.reason, pending=pending)
-                _record(ledger, session_id, exc.reason, Backoff())
+                _record(store, session_id, exc.reason, Backoff())
                 return
             finally:
                 remote.close()
@@ -265,9 +261,7 @@ def remote_sessions(
         try:
             remote = connect_remote(dsn)
             try:
-                pushes, reason = (
-                    _push_all(SyncLedger(store), remote, Backoff(), None) if store else ([], None)
-                )
+                pushes, reason = _push_all(store, remote, Backoff(), None) if store else ([], None)
                 latest.value = (SyncReport(name, tuple(pushes), reason, 1), remote.sessions())
             finally:
                 remote.close()

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
-from acode.store.sync_state import SyncLedger
 from acode.sync.dsn import describe_remote
 
 __all__ = ["SyncMode", "SyncStatus", "session_sync_status"]
@@ -40,12 +40,12 @@ class SyncStatus:
 _LOCAL = SyncStatus(SyncMode.LOCAL)
 
 
-def session_sync_status(ledger: SyncLedger, session: SessionRow, dsn: str | None) -> SyncStatus:
+def session_sync_status(store: EventStore, session: SessionRow, dsn: str | None) -> SyncStatus:
     """The sync status of ``session`` with the remote ``dsn`` (None: local only)."""
     if not dsn:
         return _LOCAL
-    state = ledger.state(session.sid)
-    pending = max(0, ledger.last_seq(session.sid) - state.synced_seq)
+    state = store.sync_state(session.sid)
+    pending = max(0, store.last_seq(session.sid) - state.synced_seq)
     if pending == 0:
         mode = SyncMode.UP_TO_DATE
     else:

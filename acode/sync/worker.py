@@ -17,9 +17,7 @@ from pathlib import Path
 
 from acode.domain.backoff import Backoff
 from acode.errors import AcodeError, RemoteUnavailable
-from acode.store.connection import connect
-from acode.store.sqlite_store import SqliteStore
-from acode.store.sync_state import SyncLedger
+from acode.store.base import EventStore, open_store
 from acode.sync.dsn import describe_remote
 from acode.sync.notices import NoticeKind, Report, SyncNotice, now_us, reconnected, record_failure
 from acode.sync.pusher import push_session
@@ -32,7 +30,7 @@ class SyncWorker:
     def __init__(
         self,
         *,
-        database: Path,
+        store_url: str | Path,
         dsn: str,
         session_id: str,
         lease: Lease,
@@ -42,10 +40,11 @@ class SyncWorker:
         renew_every: float = 10.0,
         failures: int = 0,
     ) -> None:
-        """``failures``: attempts that already failed in a row (a resume that could not
-        reach the remote), so the first one waits for its back-off."""
+        """``store_url``: the local store's (``open_store``), which the worker opens a
+        connection of its own to. ``failures``: attempts that already failed in a row (a
+        resume that could not reach the remote), so the first one waits for its back-off."""
         self.wake = threading.Event()
-        self._database = database
+        self._store_url = store_url
         self._dsn = dsn
         self._name = describe_remote(dsn)
         self._session_id = session_id
@@ -82,13 +81,12 @@ class SyncWorker:
 
     def _run(self) -> None:
         try:
-            store = SqliteStore(connect(self._database, "normal"), self._database)
+            store = open_store(self._store_url, "normal")
         except AcodeError:
             self._done.set()  # nothing can be read: the next process pushes instead
             return
         remote: Remote | None = None
         try:
-            ledger = SyncLedger(store)
             sid = store.session(self._session_id).sid
             while not self._closing.is_set():
                 backing_off = self._retry_at - time.monotonic()
@@ -102,9 +100,9 @@ class SyncWorker:
                 pause = self._last_attempt + self._min_interval - time.monotonic()
                 if pause > 0 and self._closing.wait(pause):
                     break
-                remote = self._attempt(ledger, sid, remote, final=False)
+                remote = self._attempt(store, sid, remote, final=False)
             if time.monotonic() >= self._retry_at:
-                remote = self._attempt(ledger, sid, remote, final=True)
+                remote = self._attempt(store, sid, remote, final=True)
         finally:
             if remote is not None:
                 remote.close()
@@ -115,16 +113,16 @@ class SyncWorker:
         return max(0.0, self._last_attempt + self._renew_every - time.monotonic())
 
     def _attempt(
-        self, ledger: SyncLedger, sid: int, remote: Remote | None, *, final: bool
+        self, store: EventStore, sid: int, remote: Remote | None, *, final: bool
     ) -> Remote | None:
         """One push of everything pending (and the lease); returns the connection to
         keep, None after a failure."""
         self._last_attempt = time.monotonic()
-        before = ledger.state(sid)
+        before = store.sync_state(sid)
         try:
             remote = remote or connect_remote(self._dsn)
             result = push_session(
-                ledger,
+                store,
                 remote,
                 self._session_id,
                 now_us,
@@ -132,13 +130,13 @@ class SyncWorker:
                 release=self._lease if final else None,
             )
         except RemoteUnavailable as exc:
-            self._failed(ledger, sid, exc.reason, remote)
+            self._failed(store, sid, exc.reason, remote)
             return None
         except AcodeError as exc:  # a remote schema too new; the local database busy
-            self._failed(ledger, sid, exc.message, remote)
+            self._failed(store, sid, exc.message, remote)
             return None
         except Exception as exc:  # a bug here must not end the worker unnoticed
-            self._failed(ledger, sid, f"internal error: {type(exc).__name__}: {exc}", remote)
+            self._failed(store, sid, f"internal error: {type(exc).__name__}: {exc}", remote)
             return None
         self._failures, self._retry_at, self._degraded_reported = 0, 0.0, False
         notice = reconnected(before, self._session_id, self._name, result.pushed)
@@ -156,13 +154,13 @@ class SyncWorker:
             )
         return remote
 
-    def _failed(self, ledger: SyncLedger, sid: int, reason: str, remote: Remote | None) -> None:
+    def _failed(self, store: EventStore, sid: int, reason: str, remote: Remote | None) -> None:
         if remote is not None:
             remote.close()
         self._failures += 1
         try:
-            delay = record_failure(ledger, sid, reason, self._failures, self._backoff)
-            pending = ledger.last_seq(sid) - ledger.state(sid).synced_seq
+            delay = record_failure(store, sid, reason, self._failures, self._backoff)
+            pending = store.last_seq(sid) - store.sync_state(sid).synced_seq
         except (AcodeError, sqlite3.Error):  # the local database is busy: try again later
             delay, pending = self._backoff.delay(self._failures, 0.5), 0
         self._retry_at = time.monotonic() + delay

@@ -26,8 +26,8 @@ from acode.runtime.locks import SessionLock
 from acode.runtime.session import Session
 from acode.runtime.sync_link import open_sync_link
 from acode.security.signing import Signer, load_signer
+from acode.store.base import EventStore, open_store
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore, open_store
 
 __all__ = ["append_to", "held", "is_open", "recorded_results", "verified"]
 
@@ -91,7 +91,7 @@ def recorded_results(history: History) -> list[tuple[str, Any]]:
     ]
 
 
-def verified(store: SqliteStore, row: SessionRow, signer: Signer) -> History:
+def verified(store: EventStore, row: SessionRow, signer: Signer) -> History:
     """The history of ledger session ``row``, from its newest checkpoint verified."""
     return Journal.load(store, row, SystemClock(), signer).history
 

@@ -49,8 +49,8 @@ from acode.runtime.lifecycle import Workspace, now_iso, start_session
 from acode.runtime.workspace import STATE_PARTS
 from acode.security.redaction import redact, redact_json
 from acode.security.signing import Signer, load_signer
+from acode.store.base import EventStore, open_store
 from acode.store.records import SessionRow
-from acode.store.sqlite_store import SqliteStore, open_store
 from acode.work.ledger import append_to, held, recorded_results, verified
 from acode.work.prompts import rebuilt_prompt, resume_prompt, start_prompt
 from acode.work.tasks import TASKS_DIR, add_task, find_task, list_tasks, set_task_status
@@ -116,11 +116,11 @@ def _now() -> str:
 # -- reading ---------------------------------------------------------------------------
 
 
-def _store(ws: Workspace) -> SqliteStore:
+def _store(ws: Workspace) -> EventStore:
     return open_store(ws.paths.db, ws.config.durability)
 
 
-def _work_row(store: SqliteStore, id_or_prefix: str) -> SessionRow:
+def _work_row(store: EventStore, id_or_prefix: str) -> SessionRow:
     """The work session ``id_or_prefix`` names. The ids of other sessions (the task list,
     agent runs) share its form but are no work session's: a prefix is matched against work
     sessions only, and what names none points at `acode work list`."""
@@ -140,7 +140,7 @@ def _work_row(store: SqliteStore, id_or_prefix: str) -> SessionRow:
     return matches[0]
 
 
-def _load(ws: Workspace, store: SqliteStore, row: SessionRow, signer: Signer) -> WorkSession:
+def _load(ws: Workspace, store: EventStore, row: SessionRow, signer: Signer) -> WorkSession:
     """Work session ``row`` as its history, checked on its chain, records it."""
     wsession = _from_results(store, row, signer)
     _check_record(ws, wsession)
@@ -180,7 +180,7 @@ def _check_record(ws: Workspace, wsession: WorkSession) -> None:
         )
 
 
-def _from_results(store: SqliteStore, row: SessionRow, signer: Signer) -> WorkSession:
+def _from_results(store: EventStore, row: SessionRow, signer: Signer) -> WorkSession:
     results = dict(recorded_results(verified(store, row, signer)))
     opened = results.get("open")
     if not isinstance(opened, dict):
@@ -217,7 +217,7 @@ def _from_results(store: SqliteStore, row: SessionRow, signer: Signer) -> WorkSe
     )
 
 
-def _subtasks(store: SqliteStore, parent: SessionRow, signer: Signer) -> Iterator[Subtask]:
+def _subtasks(store: EventStore, parent: SessionRow, signer: Signer) -> Iterator[Subtask]:
     for child in reversed(store.sessions()):  # oldest first
         if child.kind != _KIND or child.parent_id != parent.id:
             continue

@@ -26,7 +26,7 @@ from acode.runtime.lifecycle import Workspace, now_iso, start_session
 from acode.runtime.session import Session
 from acode.runtime.user_files import read_user_file
 from acode.runtime.workspace import STATE_PARTS
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 from acode.work.ledger import append_to, held, recorded_results
 
 __all__ = [

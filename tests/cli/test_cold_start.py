@@ -122,7 +122,7 @@ def test_session_list_reads_the_store_and_loads_nothing_more(acode: Cli) -> None
     for args in (["-w", where], [f"--workspace={where}", "--all"], ["--json", "-w", where]):
         built = _probe(dict(acode.env), "session", "list", *args)
         assert _loaded(built["modules"], NOT_FOR_LISTING) == [], args
-        assert "acode.store.sqlite_store" in built["modules"]  # it did read the store
+        assert "acode.store.sqlite.store" in built["modules"]  # it did read the store
     # Which sessions are resumable the catalog says, with what it needs.
     built = _probe(dict(acode.env), "session", "list", "--resumable", "-w", where)
     assert _loaded(built["modules"], ("typer", "rich", "acode.cli.app", "acode.resume")) == []

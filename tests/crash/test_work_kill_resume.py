@@ -26,7 +26,7 @@ import pytest
 from acode.runtime.journal import verify_history
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import SECRET_ENV, Signer
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 from tests.cli.conftest import ACODE, make_env
 from tests.crash.harness import CASES, SEED
 from tests.crash.workload import install_hook

@@ -175,13 +175,13 @@ def test_the_steps_that_touched_files_are_found_for_any_number_of_paths(
     import sqlite3
 
     from acode.runtime.workspace import StatePaths
-    from acode.store.sqlite_store import open_store
+    from acode.store.sqlite.store import SqliteStore
 
     first = _session_with_files(workspace)
     other = acode.open_session("other", workspace=workspace)
     other.write("again", "written.txt", "theirs\n")
     other.close()
-    store = open_store(StatePaths(workspace).db)
+    store = SqliteStore.open(StatePaths(workspace).db)
     try:
         limit = store.conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         paths = [f"missing/{n}.txt" for n in range(limit)] + ["written.txt", "kept.txt"]

@@ -41,7 +41,7 @@ from acode.errors import (
     TerminalStateError,
 )
 from acode.runtime.workspace import StatePaths
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 from tests.cli.conftest import (
     Cli,
     Running,

@@ -14,7 +14,7 @@ from acode.errors import UsageError
 from acode.runtime.export import export_session
 from acode.runtime.lifecycle import start_session
 from acode.runtime.workspace import StatePaths
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 from tests.support.fake_openai import FakeOpenAI
 
 TOKEN = "ghp_" + "k7Lm9Np2Qr" * 3 + "St4Uv5"  # GitHub-token-shaped: ghp_ + 36 alnum

@@ -15,7 +15,7 @@ from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal, verify_history
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
-from acode.store.sqlite_store import open_store
+from acode.store.sqlite.store import SqliteStore
 
 
 def _paused_session(ws: Path, steps: int = 3) -> str:
@@ -36,7 +36,7 @@ def _raw(ws: Path) -> sqlite3.Connection:
 
 def test_an_untouched_session_verifies(workspace: Path) -> None:
     sid = _paused_session(workspace)
-    store = open_store(StatePaths(workspace).db)
+    store = SqliteStore.open(StatePaths(workspace).db)
     summary = verify_history(store, store.session(sid), load_signer())
     journal = Journal.load(store, store.session(sid), SystemClock(), load_signer())
     assert summary == journal.summary
@@ -73,7 +73,7 @@ def test_an_edited_old_event_is_found_by_full_verification(workspace: Path) -> N
             (seq,),
         )
         assert conn.total_changes == 1
-    store = open_store(StatePaths(workspace).db)
+    store = SqliteStore.open(StatePaths(workspace).db)
     with pytest.raises(CheckpointError, match=f"event {seq} ") as info:
         verify_history(store, store.session(sid), load_signer())
     assert info.value.code is ErrorCode.CHAIN_BROKEN
@@ -145,7 +145,7 @@ def test_full_verification_replays_every_kind_of_history(workspace: Path) -> Non
         ):
             call()
         assert r.approve("ok", "Go?")
-    store = open_store(StatePaths(workspace).db)
+    store = SqliteStore.open(StatePaths(workspace).db)
     row = store.session(s.id)
     summary = verify_history(store, row, load_signer())
     assert summary.state.value == "COMPLETED"

@@ -21,7 +21,7 @@ from acode.runtime.marks import session_marks
 from acode.runtime.progress_file import SHOWN_MARKS, ProgressFile, iso_time
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 
 SECRET = "marks-tests"
 

@@ -25,6 +25,7 @@ from acode.runtime.progress_file import (
 )
 from acode.runtime.workspace import StatePaths
 from acode.security.redaction import redact_json
+from acode.store.sqlite.store import SqliteStore
 from tests.support.fake_openai import FakeOpenAI
 
 TOKEN = "ghp_" + "A1b2C3d4E5" * 3 + "Zq9x8W"  # GitHub-token-shaped: ghp_ + 36 alnum
@@ -388,7 +389,9 @@ def test_a_payload_an_older_acode_wrote_with_nan_does_not_stop_the_rendering(
     which SQLite's JSON functions refuse: the model usage must read past it."""
     s = acode.open_session("t", workspace=workspace)
     s.step("a", lambda ctx: {"n": 1})
-    s.journal.store.conn.execute(
+    store = s.journal.store
+    assert isinstance(store, SqliteStore)
+    store.conn.execute(
         "INSERT INTO events SELECT id + 1, sid, seq + 1, event_id, ts + 1, type,"
         " replace(payload, '\"n\":1', '\"n\":NaN'), hash, NULL, NULL"
         " FROM events WHERE id = (SELECT max(id) FROM events)"

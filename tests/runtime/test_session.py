@@ -26,7 +26,7 @@ from acode.errors import (
 )
 from acode.runtime.observer import ApprovalRequest
 from acode.runtime.workspace import StatePaths
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 
 
 def _store(ws: Path):

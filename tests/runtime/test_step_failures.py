@@ -19,6 +19,7 @@ from acode.domain.reducer import StepStatus
 from acode.domain.states import SessionState
 from acode.errors import ApprovalPending, PauseRequested, StepFailedError, StorageError
 from acode.runtime.observer import StepNotice, StepPhase
+from acode.store.sqlite.store import SqliteStore
 from tests.support.recorded import step_statuses
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _read_only(session: acode.Session, on: bool) -> None:
     """Make the session's database refuse writes for real (SQLITE_READONLY), or not."""
-    session.journal.store.conn.execute(f"PRAGMA query_only = {'ON' if on else 'OFF'}")
+    store = session.journal.store
+    assert isinstance(store, SqliteStore)
+    store.conn.execute(f"PRAGMA query_only = {'ON' if on else 'OFF'}")
 
 
 class Notices:

@@ -21,7 +21,7 @@ import pytest
 
 from acode.domain.reducer import StepStatus
 from acode.runtime.workspace import StatePaths
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.step_faults import (
     FAULTS,

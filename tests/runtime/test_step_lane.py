@@ -38,7 +38,7 @@ from acode.runtime.replay import REPLAY_WINDOW
 from acode.runtime.session import Session
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 
 
 @dataclass

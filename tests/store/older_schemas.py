@@ -24,9 +24,9 @@ from acode.domain.reducer import (
 from acode.runtime.journal import checkpoint_message
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import Signer
-from acode.store.connection import connect
-from acode.store.migrations import _apply, available_migrations, schema_version
 from acode.store.records import CheckpointRow
+from acode.store.sqlite.connection import connect
+from acode.store.sqlite.migrations import _apply, available_migrations, schema_version
 
 __all__ = ["OldEvent", "older_database"]
 

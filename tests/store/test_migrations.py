@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from acode.errors import SchemaTooNewError
-from acode.store.connection import connect
-from acode.store.migrations import _apply, available_migrations, migrate, schema_version
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
+from acode.store.sqlite.connection import connect
+from acode.store.sqlite.migrations import _apply, available_migrations, migrate, schema_version
 
 
 def test_migrations_are_numbered_from_one_without_gaps() -> None:

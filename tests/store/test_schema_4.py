@@ -26,9 +26,9 @@ from acode.runtime.clock import SystemClock
 from acode.runtime.journal import Journal, checkpoint_message, verify_history
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
-from acode.store.migrations import available_migrations, schema_version
 from acode.store.records import CheckpointRow
-from acode.store.sqlite_store import open_store
+from acode.store.sqlite.migrations import available_migrations, schema_version
+from acode.store.sqlite.store import SqliteStore
 from tests.store.older_schemas import older_database
 from tests.store.recorded import paused_session
 
@@ -106,7 +106,7 @@ def test_a_session_recorded_by_schema_3_upgrades_resumes_and_verifies(workspace:
         replayed = [r.step(f"s{i}", lambda ctx: pytest.fail("ran again")) for i in range(4)]
         assert replayed == [{"i": i, "key": f"acode:v1:{sid}:s{i}:1"} for i in range(4)]
         assert r.step("s4", _result) == {"i": 4, "key": f"acode:v1:{sid}:s4:1"}
-    store = open_store(StatePaths(workspace).db)
+    store = SqliteStore.open(StatePaths(workspace).db)
     assert schema_version(store.conn) == available_migrations()[-1].number
     row = store.session(sid)
     assert row.state == "COMPLETED"
@@ -128,7 +128,7 @@ def test_a_session_recorded_by_schema_3_upgrades_resumes_and_verifies(workspace:
 def test_an_upgraded_session_with_a_damaged_old_checkpoint_is_refused(workspace: Path) -> None:
     sid = _paused(workspace, 3)
     _as_schema_3(workspace)
-    open_store(StatePaths(workspace).db).close()  # the upgrade alone
+    SqliteStore.open(StatePaths(workspace).db).close()  # the upgrade alone
     with _raw(workspace) as conn:
         conn.execute(
             "UPDATE checkpoints SET signature = 'damaged'"
@@ -141,7 +141,7 @@ def test_an_upgraded_session_with_a_damaged_old_checkpoint_is_refused(workspace:
 
 
 def _load(ws: Path, sid: str) -> Journal:
-    store = open_store(StatePaths(ws).db)
+    store = SqliteStore.open(StatePaths(ws).db)
     try:
         return Journal.load(store, store.session(sid), SystemClock(), load_signer())
     finally:
@@ -242,7 +242,7 @@ def test_a_step_that_completes_in_one_commit_writes_one_row(workspace: Path) -> 
     s.write("d", "d.txt", "d")  # a start record: a row, brought up to date on completion
     s.close()
     assert _counts(workspace)[1:] == (steps + 1, 0)
-    store = open_store(StatePaths(workspace).db)
+    store = SqliteStore.open(StatePaths(workspace).db)
     row = store.session(s.id)
     assert [(r.step_id, r.status.value) for r in store.step_rows(row.sid)] == [("d", "completed")]
     assert [r.step_id for r in store.steps(row.sid)] == ["a", "b", "c", "d"]
@@ -312,7 +312,7 @@ def test_replay_returns_what_the_first_run_returned(
     assert again[:stop] == first
     assert again == [canonical_value(v) for v, _ in results]
     assert calls == list(range(len(results)))  # each step ran once, in order
-    store = open_store(StatePaths(ws).db)
+    store = SqliteStore.open(StatePaths(ws).db)
     try:
         summary = verify_history(store, store.session(s.id), load_signer())
     finally:

@@ -27,9 +27,9 @@ from acode.runtime.clock import SystemClock
 from acode.runtime.journal import SUMMARY_EVERY, Journal, checkpoint_message, verify_history
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
-from acode.store.migrations import schema_version
+from acode.store.base import open_store
 from acode.store.records import CheckpointRow
-from acode.store.sqlite_store import open_store
+from acode.store.sqlite.migrations import schema_version
 from tests.store.older_schemas import older_database
 from tests.store.recorded import paused_session
 

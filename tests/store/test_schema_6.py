@@ -28,10 +28,11 @@ from acode.errors import CheckpointError, NonDeterminismError
 from acode.runtime.journal import SUMMARY_EVERY, verify_history
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
-from acode.store import sqlite_store
-from acode.store.connection import Durability, connect
-from acode.store.migrations import schema_version
-from acode.store.sqlite_store import SqliteStore, open_store
+from acode.store.base import Durability
+from acode.store.sqlite import store as sqlite_store
+from acode.store.sqlite.connection import connect
+from acode.store.sqlite.migrations import schema_version
+from acode.store.sqlite.store import SqliteStore
 from tests.store.older_schemas import older_database
 from tests.store.recorded import paused_session
 
@@ -48,7 +49,7 @@ def _recorded(ws: Path, steps: int) -> str:
 
 @contextmanager
 def _store(ws: Path) -> Iterator[SqliteStore]:
-    store = open_store(StatePaths(ws).db)
+    store = SqliteStore.open(StatePaths(ws).db)
     try:
         yield store
     finally:

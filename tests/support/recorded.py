@@ -6,7 +6,7 @@ from pathlib import Path
 
 from acode.domain.reducer import StepStatus
 from acode.runtime.workspace import StatePaths
-from acode.store.sqlite_store import open_store
+from acode.store.base import open_store
 
 __all__ = ["step_statuses"]
 

@@ -54,8 +54,9 @@ from acode.runtime.steps.python_step import PythonStep, python_step
 from acode.runtime.steps.run_step import RunStep
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
+from acode.store.base import EventStore, open_store
 from acode.store.records import Commit
-from acode.store.sqlite_store import SqliteStore, open_store
+from acode.store.sqlite.store import SqliteStore
 
 __all__ = [
     "FAULTS",
@@ -211,7 +212,7 @@ class Injector:
         for cls in (*_ACTIONS, RunStep, PythonStep):
             self._patch(cls, "value", self._value)
         self._patch(SqliteStore, "commit", self._commit)
-        self._patch(SqliteStore, "append_event", self._append)
+        self._patch(SqliteStore, "append_completion", self._append)
 
     def _hook(self, hook: str) -> Callable[[Any], Any]:
         def make(original: Any) -> Any:
@@ -245,9 +246,10 @@ class Injector:
         return patched
 
     def _append(self, original: Any) -> Any:
-        def patched(store: SqliteStore, row: tuple[Any, ...]) -> Any:
-            events = [(str(row[5]), json.loads(row[6]))]
-            return self._write(store, events, False, lambda: original(store, row))
+        def patched(store: SqliteStore, sid: int, seq: int, *fields: Any) -> Any:
+            _, _, payload_json, _, _ = fields
+            events = [("step_completed", json.loads(payload_json))]
+            return self._write(store, events, False, lambda: original(store, sid, seq, *fields))
 
         return patched
 
@@ -383,10 +385,11 @@ def verified_state(workspace: Path, session_id: str) -> str:
         store.close()
 
 
-def _count_instants(store: SqliteStore, limit: int | None, counter: list[int]) -> None:
+def _count_instants(store: EventStore, limit: int | None, counter: list[int]) -> None:
     """Count the instants a kill can land at, and SIGKILL this process at the
     ``limit``-th: every SQL statement the session's store starts, every file renamed
     into place, every process started."""
+    assert isinstance(store, SqliteStore)
 
     def tick(*_: object) -> None:
         counter[0] += 1

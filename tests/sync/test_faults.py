@@ -13,8 +13,7 @@ import pytest
 
 import acode
 from acode.domain.config import AcodeConfig, SyncSettings
-from acode.store.sqlite_store import open_store
-from acode.store.sync_state import SyncLedger
+from acode.store.base import open_store
 from acode.sync.remote import CONNECT_TIMEOUT_S
 from tests.cli.conftest import ACODE, make_env
 from tests.support.postgres import PASSWORD_ROLE
@@ -86,7 +85,7 @@ def test_a_session_runs_unaffected_and_keeps_the_reason(
         return  # its attempt waits out the connect time-out, past the grace period
     store = open_store(workspace / ".agent" / "state" / "acode.db")
     try:
-        state = SyncLedger(store).state(store.session(session_id).sid)
+        state = store.sync_state(store.session(session_id).sid)
     finally:
         store.close()
     assert state.last_error is not None

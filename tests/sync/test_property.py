@@ -15,9 +15,7 @@ from hypothesis import strategies as st
 import acode
 from acode.domain.config import AcodeConfig
 from acode.errors import RemoteUnavailable
-from acode.store.connection import connect
-from acode.store.sqlite_store import SqliteStore
-from acode.store.sync_state import SyncLedger
+from acode.store.base import open_store
 from acode.sync.notices import now_us
 from acode.sync.pusher import next_batch, push_session
 from acode.sync.remote import Remote, connect_remote
@@ -43,7 +41,7 @@ class Pusher:
     def __init__(self, mirror: Mirror, database: Path, session_id: str) -> None:
         self.mirror = mirror
         self.session_id = session_id
-        self.ledger = SyncLedger(SqliteStore(connect(database, "normal"), database))
+        self.store = open_store(database, "normal")
         self.remote: Remote | None = None
 
     def connected(self) -> Remote:
@@ -58,15 +56,15 @@ class Pusher:
 
     def push(self) -> None:
         try:
-            push_session(self.ledger, self.connected(), self.session_id, now_us, batch_size=BATCH)
+            push_session(self.store, self.connected(), self.session_id, now_us, batch_size=BATCH)
         except RemoteUnavailable:
             self.lost()
 
     def kill_before_mark(self) -> None:
         try:
             remote = self.connected()
-            row = self.ledger.store.session(self.session_id)
-            batch = next_batch(self.ledger, row, remote.remote_id, BATCH)
+            row = self.store.session(self.session_id)
+            batch = next_batch(self.store, row, remote.remote_id, BATCH)
             if batch is not None:
                 remote.send(row, batch.events, batch.checkpoints)
         except RemoteUnavailable:
@@ -75,11 +73,11 @@ class Pusher:
 
     @property
     def synced(self) -> int:
-        return self.ledger.state(self.ledger.store.session(self.session_id).sid).synced_seq
+        return self.store.sync_state(self.store.session(self.session_id).sid).synced_seq
 
     def close(self) -> None:
         self.lost()
-        self.ledger.store.close()
+        self.store.close()
 
 
 def _check_mark(mirror: Mirror, workspace: Path, pusher: Pusher) -> None:

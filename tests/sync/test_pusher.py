@@ -12,8 +12,7 @@ import pytest
 
 import acode
 from acode.errors import RemoteUnavailable
-from acode.store.sqlite_store import open_store
-from acode.store.sync_state import SyncLedger
+from acode.store.base import EventStore, open_store
 from acode.sync.notices import now_us
 from acode.sync.pusher import next_batch, push_session
 from acode.sync.remote import Lease, Remote, connect_remote
@@ -27,15 +26,15 @@ STEPS = 28  # 31 events: session_created, state_changed, 28 steps, completion
 class Local:
     workspace: Path
     session_id: str
-    ledger: SyncLedger
+    store: EventStore
 
     @property
     def synced(self) -> int:
-        return self.ledger.state(self.ledger.store.session(self.session_id).sid).synced_seq
+        return self.store.sync_state(self.store.session(self.session_id).sid).synced_seq
 
     @property
     def last(self) -> int:
-        return self.ledger.last_seq(self.ledger.store.session(self.session_id).sid)
+        return self.store.last_seq(self.store.session(self.session_id).sid)
 
 
 @pytest.fixture
@@ -47,13 +46,13 @@ def local(workspace: Path, secret: None) -> Iterator[Local]:
         session_id = s.id
     store = open_store(workspace / ".agent" / "state" / "acode.db")
     try:
-        yield Local(workspace, session_id, SyncLedger(store))
+        yield Local(workspace, session_id, store)
     finally:
         store.close()
 
 
 def _push(local: Local, remote: Remote, **options: object) -> int:
-    return push_session(local.ledger, remote, local.session_id, now_us, **options).pushed  # type: ignore[arg-type]
+    return push_session(local.store, remote, local.session_id, now_us, **options).pushed  # type: ignore[arg-type]
 
 
 def test_a_push_sends_every_event_in_order_then_nothing(local: Local, mirror: Mirror) -> None:
@@ -75,8 +74,8 @@ def test_a_batch_sent_again_after_a_kill_before_the_mark_lands_once(
 ) -> None:
     remote = connect_remote(mirror.dsn)
     try:
-        row = local.ledger.store.session(local.session_id)
-        batch = next_batch(local.ledger, row, remote.remote_id, 10)
+        row = local.store.session(local.session_id)
+        batch = next_batch(local.store, row, remote.remote_id, 10)
         assert batch is not None
         remote.send(row, batch.events, batch.checkpoints)  # committed; the process "dies"
         assert (local.synced, mirror.count(local.session_id)) == (0, 10)
@@ -207,18 +206,17 @@ def test_a_lease_names_its_holder_refuses_others_and_lapses(local: Local, mirror
     remote = connect_remote(mirror.dsn)
     try:
         assert (
-            push_session(local.ledger, remote, local.session_id, now_us, lease=mine).holder is None
+            push_session(local.store, remote, local.session_id, now_us, lease=mine).holder is None
         )
-        other = push_session(local.ledger, remote, local.session_id, now_us, lease=theirs).holder
+        other = push_session(local.store, remote, local.session_id, now_us, lease=theirs).holder
         assert other is not None
         assert other.describe().startswith("pid 4242 on host laptop since ")
 
         mirror.execute("UPDATE acode.sessions SET lease_expires = now() - interval '1 s'")
         assert (
-            push_session(local.ledger, remote, local.session_id, now_us, lease=theirs).holder
-            is None
+            push_session(local.store, remote, local.session_id, now_us, lease=theirs).holder is None
         )
-        push_session(local.ledger, remote, local.session_id, now_us, release=theirs)
+        push_session(local.store, remote, local.session_id, now_us, release=theirs)
     finally:
         remote.close()
     assert mirror.query("SELECT lease_holder, lease_host, lease_pid FROM acode.sessions") == [

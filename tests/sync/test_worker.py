@@ -17,8 +17,8 @@ from pathlib import Path
 import acode
 from acode.domain.config import AcodeConfig, SyncSettings
 from acode.runtime.observer import StepNotice
-from acode.store.sqlite_store import open_store
-from acode.store.sync_state import SyncLedger, SyncStateRow
+from acode.store.base import open_store
+from acode.store.records import SyncStateRow
 from acode.sync.notices import NoticeKind, SyncNotice
 from acode.sync.remote import Lease
 from acode.sync.service import sync_workspace
@@ -52,7 +52,7 @@ def _eventually(what: str, probe: Callable[[], bool], timeout: float = 10.0) -> 
 def _state(workspace: Path, session_id: str) -> SyncStateRow:
     store = open_store(workspace / ".agent" / "state" / "acode.db")
     try:
-        return SyncLedger(store).state(store.session(session_id).sid)
+        return store.sync_state(store.session(session_id).sid)
     finally:
         store.close()
 
@@ -152,7 +152,7 @@ def test_the_worker_renews_the_lease_and_reports_another_holder_once(
 
     def run_worker(lease: Lease) -> SyncWorker:
         worker = SyncWorker(
-            database=database,
+            store_url=database,
             dsn=mirror.dsn,
             session_id=session_id,
             lease=lease,

@@ -26,7 +26,7 @@ from acode.runtime.steps.base import StepContext
 if TYPE_CHECKING:
     from acode.runtime.history import History
     from acode.security.signing import Signer
-    from acode.store.sqlite_store import SqliteStore
+    from acode.store.base import EventStore
 
 __all__ = ["ApproveStep"]
 
@@ -93,5 +93,5 @@ class ApproveStep:
         """The step's recorded result, from its decision."""
         return {"approved": bool(decision["approved"]), "by": decision["by"]}
 
-    def value(self, store: SqliteStore, result: Any) -> bool:
+    def value(self, store: EventStore, result: Any) -> bool:
         return bool(result["approved"])

@@ -22,7 +22,7 @@ from acode.domain.kinds import StepKind
 from acode.store.records import FileRow
 
 if TYPE_CHECKING:
-    from acode.store.sqlite_store import SqliteStore
+    from acode.store.base import EventStore
 
 __all__ = [
     "InProgressStrategy",
@@ -57,7 +57,7 @@ class StepEnv(NamedTuple):
     """What a step kind's code is given: the step, the store, the settings."""
 
     ctx: StepContext
-    store: SqliteStore
+    store: EventStore
     config: AcodeConfig
     strategy: InProgressStrategy = "rollback"
     # On resume: files changed after this instant (ns) are not the interrupted step's
@@ -118,6 +118,6 @@ class StepAction(Protocol):
 
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery: ...
 
-    def value(self, store: SqliteStore, result: Any) -> Any:
+    def value(self, store: EventStore, result: Any) -> Any:
         """What the caller gets back, from the recorded result (and the blobs it names)."""
         ...

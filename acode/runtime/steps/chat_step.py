@@ -16,7 +16,7 @@ from typing import Any
 from acode.domain.kinds import StepKind
 from acode.domain.usage import call_cost
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
-from acode.store.sqlite_store import SqliteStore
+from acode.store.base import EventStore
 
 __all__ = ["ChatStep"]
 
@@ -61,5 +61,5 @@ class ChatStep:
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         return Recovery(RecoveryAction.RETRY, "an unanswered request is sent again")
 
-    def value(self, store: SqliteStore, result: Any) -> dict[str, Any]:
+    def value(self, store: EventStore, result: Any) -> dict[str, Any]:
         return dict(result)

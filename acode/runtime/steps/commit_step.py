@@ -24,7 +24,7 @@ from acode.runtime.orphans import SESSION_ENV
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 
 if TYPE_CHECKING:
-    from acode.store.sqlite_store import SqliteStore
+    from acode.store.base import EventStore
 
 __all__ = ["TRAILER", "CommitStep"]
 
@@ -74,5 +74,5 @@ class CommitStep:
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         return Recovery(RecoveryAction.RETRY, "commits are found by their trailer")
 
-    def value(self, store: SqliteStore, result: Any) -> str:
+    def value(self, store: EventStore, result: Any) -> str:
         return str(result["sha"])

@@ -17,7 +17,7 @@ from acode.runtime.workspace import StatePaths
 from acode.store.records import FileRow
 
 if TYPE_CHECKING:
-    from acode.store.sqlite_store import SqliteStore
+    from acode.store.base import EventStore
 
 __all__ = [
     "EditStep",
@@ -116,7 +116,7 @@ class ReadStep:
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         return Recovery(RecoveryAction.RETRY, "reads are simply read again")
 
-    def value(self, store: SqliteStore, result: Any) -> str:
+    def value(self, store: EventStore, result: Any) -> str:
         return store.blob(result["sha256"]).decode("utf-8", errors="replace")
 
 
@@ -181,7 +181,7 @@ class _Replace:
             restored=(self.path,),
         )
 
-    def value(self, store: SqliteStore, result: Any) -> dict[str, Any]:
+    def value(self, store: EventStore, result: Any) -> dict[str, Any]:
         return dict(result)
 
 

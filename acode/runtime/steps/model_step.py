@@ -15,7 +15,7 @@ from acode.domain.usage import call_cost
 from acode.runtime.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
 
 if TYPE_CHECKING:
-    from acode.store.sqlite_store import SqliteStore
+    from acode.store.base import EventStore
 
 __all__ = ["ModelStep"]
 
@@ -56,5 +56,5 @@ class ModelStep:
     def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
         return Recovery(RecoveryAction.RETRY, "an unanswered request is sent again")
 
-    def value(self, store: SqliteStore, result: Any) -> str:
+    def value(self, store: EventStore, result: Any) -> str:
         return str(result["content"])

@@ -29,7 +29,7 @@ from acode.runtime.steps.base import (
 )
 
 if TYPE_CHECKING:
-    from acode.store.sqlite_store import SqliteStore
+    from acode.store.base import EventStore
 
 __all__ = [
     "PythonStep",
@@ -154,5 +154,5 @@ class PythonStep:
             "to run it again",
         )
 
-    def value(self, store: SqliteStore, result: Any) -> Any:
+    def value(self, store: EventStore, result: Any) -> Any:
         return result

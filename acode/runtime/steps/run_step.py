@@ -27,7 +27,7 @@ from acode.runtime.steps.file_steps import observe, read_file, restore_image
 from acode.runtime.workspace import StatePaths
 
 if TYPE_CHECKING:
-    from acode.store.sqlite_store import SqliteStore
+    from acode.store.base import EventStore
 
 __all__ = ["RunStep"]
 
@@ -149,7 +149,7 @@ class RunStep:
             restored=done.paths,
         )
 
-    def value(self, store: SqliteStore, result: Any) -> CommandResult | dict[str, Any]:
+    def value(self, store: EventStore, result: Any) -> CommandResult | dict[str, Any]:
         if "stdout" in result:
             return CommandResult.from_json(result)
         return dict(result)

@@ -7,13 +7,11 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Literal
 
 from acode.errors import DatabaseDamagedError, StorageError
+from acode.store.base import Durability
 
-__all__ = ["Durability", "atomic", "connect", "damaged_database", "database_damaged"]
-
-Durability = Literal["full", "normal"]
+__all__ = ["atomic", "connect", "damaged_database", "database_damaged", "write_error"]
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -53,6 +51,16 @@ def connect(path: Path, durability: Durability = "full") -> sqlite3.Connection:
     return conn
 
 
+def write_error(path: Path, exc: sqlite3.Error) -> StorageError:
+    """The error for a write the database at ``path`` refused: its transaction kept
+    nothing."""
+    return StorageError(
+        f"cannot write to the acode database {path}: {exc}",
+        hint="nothing of this write was kept; free disk space or fix the file's "
+        "permissions, then continue with `acode resume`",
+    )
+
+
 # SQLite's primary result codes for a file that is no database, or a damaged one.
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
@@ -82,10 +90,16 @@ def database_damaged(path: Path | None, problem: str) -> DatabaseDamagedError:
 
 @contextmanager
 def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One write transaction. ``BEGIN IMMEDIATE`` takes the write lock up front so a
-    transaction never fails half-way on a lock upgrade. A COMMIT that fails (a full
-    disk, an I/O error) can leave the transaction open: it is rolled back, so that the
+    """One write transaction, the only way acode opens one. ``BEGIN IMMEDIATE`` takes
+    the write lock up front so a transaction never fails half-way on a lock upgrade.
+    Inside another, it is a savepoint: its failure undoes its own writes and leaves the
+    outer transaction to go on. A COMMIT that fails (a full disk, an I/O error, a
+    deferred constraint) can leave the transaction open: it is rolled back, so that the
     connection writes again once the cause is gone."""
+    if conn.in_transaction:
+        with _savepoint(conn):
+            yield conn
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
@@ -94,3 +108,20 @@ def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+@contextmanager
+def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
+    # One name serves every depth: RELEASE and ROLLBACK TO act on the newest savepoint
+    # of that name, which is this one while the ones inside it are released.
+    conn.execute("SAVEPOINT atomic")
+    try:
+        yield
+    except BaseException:
+        # An error SQLite answers by rolling the whole transaction back (SQLITE_FULL,
+        # SQLITE_IOERR) took the savepoint with it: there is nothing left to undo.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK TO atomic")
+            conn.execute("RELEASE atomic")
+        raise
+    conn.execute("RELEASE atomic")

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from acode.domain.ids import uuid_bytes
 from acode.errors import SchemaTooNewError, StorageError
+from acode.store.sqlite.connection import atomic
 
 __all__ = ["Migration", "available_migrations", "migrate", "schema_version"]
 
@@ -88,19 +89,13 @@ def _uuid_bytes(text: object) -> bytes | None:
 
 def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
     _provide_functions(conn)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with atomic(conn):
         # Another process may have migrated while we waited for the write lock.
         if schema_version(conn) >= migration.number:
-            conn.execute("ROLLBACK")
             return
         for statement in _statements(migration.sql):
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {migration.number}")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def _statements(script: str) -> list[str]:

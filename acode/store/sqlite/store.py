@@ -1,7 +1,8 @@
-"""The local SQLite store: the source of truth for sessions, events and checkpoints.
+"""The SQLite store (``EventStore``): the source of truth for sessions, events and
+checkpoints, in one file.
 
-All SQL the engine runs lives here. Writes go through ``commit`` (one transaction
-per call); reads never take the write lock.
+Its SQL and row layout live here and beside it in ``store/sqlite/``. Writes go through
+``commit`` (one transaction per call, ``atomic``); reads never take the write lock.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ from acode.domain.reducer import (
     step_status,
 )
 from acode.errors import CheckpointError, ErrorCode, StorageError
-from acode.store.blobs import INSERT_BLOB, compress, get_blob
-from acode.store.connection import Durability, atomic, connect
-from acode.store.migrations import migrate
+from acode.store.base import Durability
 from acode.store.records import (
     CheckpointRow,
     Commit,
@@ -36,15 +35,14 @@ from acode.store.records import (
     MessageRow,
     SessionRow,
 )
+from acode.store.sqlite.blobs import INSERT_BLOB, compress, get_blob
+from acode.store.sqlite.connection import atomic, connect, write_error
+from acode.store.sqlite.keys import SPAN as _SPAN
+from acode.store.sqlite.keys import key
+from acode.store.sqlite.migrations import migrate
+from acode.store.sqlite.sync_state import SyncBookkeeping
 
-__all__ = ["SqliteStore", "event_from_row", "event_row", "key", "open_store"]
-
-_SPAN = 1 << 32
-
-
-def key(sid: int, n: int) -> int:
-    """The rowid of a session's event ``n`` (its seq) or step ``n`` (its position)."""
-    return sid * _SPAN + n
+__all__ = ["SqliteStore", "event_from_row"]
 
 
 # The time and position of a session's last step live in its newest checkpoint, which
@@ -72,7 +70,10 @@ INSERT_EVENT = (
     " signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _EVENT_COLUMNS = "seq, event_id, ts, type, payload, hash"
-SELECT_EVENTS_AFTER = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? AND id < ? ORDER BY id"
+_COMPLETED = EventType.STEP_COMPLETED.value
+SELECT_EVENTS_AFTER = (
+    f"SELECT {_EVENT_COLUMNS} FROM events WHERE id > ? AND id < ? ORDER BY id LIMIT ?"
+)
 SELECT_EVENT = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id = ?"
 SELECT_EVENTS_AT = f"SELECT {_EVENT_COLUMNS} FROM events WHERE id IN ({{}})"  # {}: the ?s
 SELECT_EVENTS_OF_TYPE = (
@@ -205,16 +206,6 @@ INSERT_MESSAGE = "INSERT INTO messages (sid, idx, role, content, seq) VALUES (?,
 SELECT_MESSAGES = "SELECT idx, role, content, seq FROM messages WHERE sid = ? ORDER BY idx"
 
 
-def open_store(path: Path, durability: Durability = "full") -> SqliteStore:
-    conn = connect(path, durability)
-    try:
-        migrate(conn, path)
-    except BaseException:
-        conn.close()
-        raise
-    return SqliteStore(conn, path)
-
-
 _STATUS = {status.value: status for status in StepStatus}
 
 
@@ -279,7 +270,7 @@ def _event_id(stored: object) -> str:
     return stored.hex() if isinstance(stored, bytes) else str(stored)
 
 
-def event_row(
+def _event_row(
     sid: int,
     seq: int,
     event_id: str,
@@ -309,7 +300,7 @@ def _statements(sid: int, c: Commit) -> list[_Statement]:
         statements.append((INSERT_BLOB, blobs, True))
     # No checkpoint (the last two columns) but in the last row: see below.
     rows = [
-        event_row(sid, e.seq, e.event_id, e.ts_us, e.type.value, e.payload_json, e.hash)
+        _event_row(sid, e.seq, e.event_id, e.ts_us, e.type.value, e.payload_json, e.hash)
         for e in c.events
     ]
     k = c.checkpoint
@@ -352,10 +343,32 @@ def _run(conn: sqlite3.Connection, statements: list[_Statement]) -> None:
             conn.execute(sql, parameters)
 
 
-class SqliteStore:
+class SqliteStore(SyncBookkeeping):
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
+
+    @classmethod
+    def open(cls, path: Path, durability: Durability = "full") -> SqliteStore:
+        """The store in the file ``path``, created or migrated to this acode's schema."""
+        conn = connect(path, durability)
+        try:
+            migrate(conn, path)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, path)
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    @property
+    def url(self) -> str:
+        from urllib.parse import quote
+
+        # Quoted: a file name may hold a "%", "?" or "#" of its own.
+        return f"sqlite://{quote(str(self.path.absolute()))}"
 
     def close(self) -> None:
         self.conn.close()
@@ -396,7 +409,7 @@ class SqliteStore:
                 )
                 _run(conn, _statements(int(cur.lastrowid or 0), first))
         except sqlite3.Error as exc:
-            raise self._write_error(exc) from exc
+            raise write_error(self.path, exc) from exc
         return self.session(session_id)
 
     def session(self, session_id: str) -> SessionRow:
@@ -462,22 +475,36 @@ class SqliteStore:
             with atomic(self.conn) as conn:
                 _run(conn, statements)
         except sqlite3.Error as exc:
-            raise self._write_error(exc) from exc
+            raise write_error(self.path, exc) from exc
 
-    def append_event(self, row: tuple[Any, ...]) -> None:
-        """Write one event row (``event_row``) with nothing else: a step's completion most
-        of the time. One statement is a transaction of its own (see ``commit``)."""
+    def append_completion(
+        self,
+        sid: int,
+        seq: int,
+        event_id: str,
+        ts_us: int,
+        payload_json: str,
+        hash_: bytes,
+        signature: bytes,
+    ) -> None:
+        """A step's completion, one event row and nothing else: most steps of a session.
+        One statement is a transaction of its own (see ``commit``)."""
+        row = (
+            key(sid, seq),
+            sid,
+            seq,
+            uuid_bytes(event_id),
+            ts_us,
+            _COMPLETED,
+            payload_json,
+            hash_,
+            None,
+            signature,
+        )
         try:
             self.conn.execute(INSERT_EVENT, row)
         except sqlite3.Error as exc:
-            raise self._write_error(exc) from exc
-
-    def _write_error(self, exc: sqlite3.Error) -> StorageError:
-        return StorageError(
-            f"cannot write to the acode database {self.path}: {exc}",
-            hint="nothing of this write was kept; free disk space or fix the file's "
-            "permissions, then continue with `acode resume`",
-        )
+            raise write_error(self.path, exc) from exc
 
     def rechain(
         self,
@@ -509,13 +536,13 @@ class SqliteStore:
                 )
                 conn.execute(MARK_RECHAINED, (chain, key_id, session.sid))
         except sqlite3.Error as exc:
-            raise self._write_error(exc) from exc
+            raise write_error(self.path, exc) from exc
         return True
 
     # -- reads ----------------------------------------------------------------------
 
-    def events(self, session: SessionRow, after_seq: int = 0) -> list[Event]:
-        bounds = (key(session.sid, after_seq), key(session.sid + 1, 0))
+    def events(self, session: SessionRow, after_seq: int = 0, limit: int = -1) -> list[Event]:
+        bounds = (key(session.sid, after_seq), key(session.sid + 1, 0), limit)
         rows = self.conn.execute(SELECT_EVENTS_AFTER, bounds).fetchall()
         return [event_from_row(session.id, r) for r in rows]
 
@@ -717,7 +744,7 @@ class SqliteStore:
         base_seq, text = base
         try:
             summary = decode_summary(text.decode(), title=session.title, seq=base_seq)
-            bounds = (key(sid, base_seq), key(sid, seq + 1))
+            bounds = (key(sid, base_seq), key(sid, seq + 1), -1)
             for row in self.conn.execute(SELECT_EVENTS_AFTER, bounds):
                 summary = fold(summary, event_from_row(session.id, row))
         except (ValueError, TypeError, KeyError, CheckpointError):

@@ -1,0 +1,264 @@
+"""The store contract: what the engine needs from storage, and the factory that opens one.
+
+``EventStore`` is every operation the engine, resume, sync, agent and work layers use,
+typed with the domain's values and the rows of ``acode.store.records``; none of them
+names a backend, a connection or SQL. ``open_store`` picks the backend from a URL:
+``sqlite:///path`` (or a plain path, the default) today. A backend keeps its own layout
+(row keys, SQL, transactions) in its own folder, ``store/sqlite/`` for SQLite, and runs
+``tests/store/contract.py`` (docs/architecture.md, "How to add a store backend").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from acode.errors import StoreUrlError
+
+if TYPE_CHECKING:
+    from acode.domain.events import Event, EventType
+    from acode.domain.reducer import StepRecord
+    from acode.store.records import (
+        Backlog,
+        CheckpointRow,
+        Commit,
+        FileFields,
+        FileRow,
+        FileTouch,
+        MessageRow,
+        SessionRow,
+        SyncStateRow,
+    )
+
+__all__ = ["Durability", "EventStore", "open_store"]
+
+# ``full``: every commit survives power loss; ``normal``: the last ones may not (never a
+# process crash), for writes that can be lost, such as the sync bookkeeping.
+Durability = Literal["full", "normal"]
+
+
+class EventStore(Protocol):
+    """A session store. Every read and write is of one session (its row's ``sid``, the
+    store's own key for it) but for the session lists and blobs. Writes are all-or-
+    nothing; a write the store cannot take raises ``StorageError`` and keeps nothing."""
+
+    @property
+    def location(self) -> str:
+        """What messages name the store by: its file, or its URL without a password."""
+
+    @property
+    def url(self) -> str:
+        """The URL that ``open_store`` opens this store again with (another connection)."""
+
+    def close(self) -> None: ...
+
+    # -- sessions -------------------------------------------------------------------
+
+    def create_session(
+        self,
+        *,
+        session_id: str,
+        title: str,
+        workspace: str,
+        kind: str,
+        config_json: str,
+        config_hash: str,
+        parent_id: str | None,
+        created_at: int,
+        key_id: str,
+        first: Commit,
+    ) -> SessionRow:
+        """A new session with its first events, in one transaction."""
+
+    def session(self, session_id: str) -> SessionRow:
+        """The session with this full id; ``StorageError`` when there is none."""
+
+    def sessions(self) -> list[SessionRow]:
+        """All sessions, most recently updated first."""
+
+    def sessions_with_prefix(self, prefix: str) -> list[SessionRow]:
+        """Sessions whose id starts with ``prefix``, in id order (at most 11)."""
+
+    def short_id(self, session_id: str) -> str:
+        """The session's shortest unique id prefix (at least 8 characters)."""
+
+    # -- writes ---------------------------------------------------------------------
+
+    def commit(self, sid: int, commit: Commit) -> None:
+        """Everything of ``commit`` in one transaction, or nothing. An event whose seq
+        the session holds already is refused (``StorageError``): the log is append-only."""
+
+    def append_completion(
+        self,
+        sid: int,
+        seq: int,
+        event_id: str,
+        ts_us: int,
+        payload_json: str,
+        hash_: bytes,
+        signature: bytes,
+    ) -> None:
+        """A ``step_completed`` event and nothing else, with the checkpoint it carries
+        (its ``signature``; its summary derived): a ``commit`` of that one event, on the
+        path most steps take, built without a Commit or an Event."""
+
+    def rechain(
+        self,
+        session: SessionRow,
+        events: Sequence[tuple[int, str, bytes, bytes | None]],
+        old_checkpoints: Sequence[tuple[int, bytes, str]],
+        chain: int,
+        key_id: str,
+    ) -> bool:
+        """The history chained again (acode/runtime/rechain.py): False when another
+        process did it first."""
+
+    # -- events ---------------------------------------------------------------------
+
+    def events(self, session: SessionRow, after_seq: int = 0, limit: int = -1) -> list[Event]:
+        """The events after ``after_seq``, in seq order; ``limit`` -1: all of them."""
+
+    def event(self, session: SessionRow, seq: int) -> Event:
+        """Event ``seq``; ``StorageError`` when there is none."""
+
+    def events_at(self, session: SessionRow, seqs: Sequence[int]) -> dict[int, Event]:
+        """The events numbered ``seqs``, by number; ``StorageError`` when one is missing."""
+
+    def events_of_type(
+        self, session: SessionRow, type_: EventType, after_seq: int = 0
+    ) -> list[Event]: ...
+
+    def event_rows(
+        self, session: SessionRow, after_seq: int, limit: int
+    ) -> list[tuple[int, str, int, str, str, bytes]]:
+        """Up to ``limit`` events after ``after_seq`` as (seq, event id, time, type,
+        payload JSON, hash): what a replay reads, with no Event built."""
+
+    def hashes(self, session: SessionRow, seqs: Sequence[int]) -> dict[int, bytes]:
+        """The stored hashes of those of events ``seqs`` that exist."""
+
+    def model_results(
+        self, session: SessionRow, after_seq: int = 0, upto_seq: int = ...
+    ) -> list[dict[str, Any]]:
+        """The results of the answered model calls in (after_seq, upto_seq], in order."""
+
+    def step_times(self, session: SessionRow) -> tuple[int, int]:
+        """The number of completed steps and the sum of their durations (µs)."""
+
+    # -- checkpoints ----------------------------------------------------------------
+
+    def checkpoints(self, session: SessionRow) -> list[CheckpointRow]:
+        """The checkpoints to load from, newest first (unverified)."""
+
+    def newest_checkpoint(self, session: SessionRow) -> CheckpointRow | None: ...
+
+    def checkpoint_rows(
+        self, session: SessionRow
+    ) -> list[tuple[int, str | None, bytes | None, int]]:
+        """Every checkpoint in an event, in order, as stored: (seq, summary or None
+        where it is derived, signature, time)."""
+
+    def old_checkpoints(self, session: SessionRow) -> list[CheckpointRow]:
+        """The checkpoints written before schema 4, newest first."""
+
+    # -- steps and the step id ledger -----------------------------------------------
+
+    def steps(self, sid: int) -> list[StepRecord]:
+        """Every step's record, by position."""
+
+    def step_rows(self, sid: int, first: int = 0, last: int = ...) -> list[StepRecord]:
+        """The step rows kept at positions [first, last] (steps with more than a
+        completion: started, retried, failed, awaiting an approval)."""
+
+    def unfinished_steps(self, sid: int) -> list[StepRecord]: ...
+
+    def newest_steps(self, session: SessionRow, count: int) -> list[StepRecord]: ...
+
+    def has_step_id(self, sid: int, step_id: str) -> bool: ...
+
+    def step_id_ledger(self, sid: int) -> set[str]: ...
+
+    def unledgered_step_ids(self, session: SessionRow) -> list[str]:
+        """The step ids of the events after the newest checkpoint that wrote its
+        summary out, which the ledger does not hold yet."""
+
+    # -- messages, files, blobs -----------------------------------------------------
+
+    def messages(self, sid: int) -> list[MessageRow]: ...
+
+    def has_messages(self, sid: int) -> bool: ...
+
+    def files(self, sid: int) -> list[FileRow]: ...
+
+    def file_fields(self, sid: int) -> list[FileFields]: ...
+
+    def touches(self, sid: int, paths: Sequence[str]) -> list[FileTouch]: ...
+
+    def touches_since(self, sid: int, paths: Sequence[str], after_us: int) -> list[FileTouch]: ...
+
+    def blob(self, sha256: str) -> bytes:
+        """A stored file image; ``StorageError`` when it is missing or damaged."""
+
+    # -- the remote mirror's bookkeeping (acode/sync) -------------------------------
+
+    def sync_state(self, sid: int) -> SyncStateRow: ...
+
+    def last_seq(self, sid: int) -> int:
+        """The session's last event's seq; 0 when it has none."""
+
+    def sync_backlog(self) -> list[Backlog]:
+        """Every session's position, in id order."""
+
+    def mark_synced(self, sid: int, remote_id: str, seq: int, now_us: int) -> None:
+        """The remote committed every event up to ``seq``: never moves back."""
+
+    def record_failure(self, sid: int, reason: str, now_us: int, next_retry_us: int) -> None: ...
+
+
+def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> EventStore:
+    """The store at ``url``: ``sqlite:///path/to/acode.db``, or a path, which is SQLite
+    (the default). ``StoreUrlError`` names a URL no backend takes. Each backend is
+    imported here, when it is asked for."""
+    if isinstance(url, os.PathLike) or "://" not in url:
+        return _sqlite(Path(url), durability)
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise StoreUrlError(
+            f"the store URL {_shown(url)!r} cannot be read: {exc}", hint=_HINT
+        ) from None
+    if parts.scheme == "sqlite":
+        if parts.netloc or not parts.path or parts.query or parts.fragment:
+            raise StoreUrlError(
+                f"the store URL {_shown(url)!r} is not a SQLite URL acode takes", hint=_HINT
+            )
+        return _sqlite(Path(unquote(parts.path)), durability)
+    kind = f"{parts.scheme}://" if parts.scheme else "no scheme"
+    raise StoreUrlError(
+        f"the store URL {_shown(url)!r} names a kind of store acode does not know ({kind})",
+        hint=_HINT,
+    )
+
+
+_HINT = (
+    "give the SQLite file as sqlite:/// and its absolute path "
+    "(sqlite:///home/me/project/.agent/state/acode.db), or as a plain path"
+)
+
+
+def _shown(url: str) -> str:
+    """``url`` as a message may show it: what stands between :// and @ masked, where
+    a password would be."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}***@{host}" if at and credentials else url
+
+
+def _sqlite(path: Path, durability: Durability) -> EventStore:
+    from acode.store.sqlite.store import SqliteStore
+
+    return SqliteStore.open(path, durability)

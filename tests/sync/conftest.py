@@ -4,7 +4,9 @@ the remote holds each local event exactly once."""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ SECRET = "acode-sync-tests-checkpoint-secret"
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+def pg_server() -> Iterator[PgServer]:
     problem = None
     if GIVEN_DSN:
         try:
@@ -38,7 +40,11 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
         except Exception as exc:
             problem = f"{DSN_VARIABLE} names a server that does not answer: {exc}"
         pytest.fail(problem, pytrace=False)
-    started: AbstractContextManager[PgServer] = embedded_server(tmp_path_factory.mktemp("pg"))
+    # A folder of its own, not under pytest's numbered temporary folders: another pytest
+    # started meanwhile on the machine deletes the oldest of those, a running server's data
+    # folder included.
+    data = Path(tempfile.mkdtemp(prefix="acode-tests-pg-"))
+    started: AbstractContextManager[PgServer] = embedded_server(data)
     try:
         server = started.__enter__()
     except Exception as exc:
@@ -53,6 +59,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
         yield server
     finally:
         started.__exit__(None, None, None)
+        shutil.rmtree(data, ignore_errors=True)
 
 
 @dataclass(frozen=True)

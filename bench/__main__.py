@@ -108,6 +108,20 @@ def _splice(report: str, section: str) -> str:
     return report[: start + 1] + section + ("" if end < 0 else report[end:])
 
 
+# The one section of the report written by hand: a full run keeps it from the page it
+# replaces, since it explains choices in the code rather than measures this run.
+HAND_WRITTEN = "## Figures behind design choices"
+
+
+def _keep_hand_written(report: str, old: str) -> str:
+    """``report`` with ``old``'s hand-written section, when it has one, at its end."""
+    start = old.find(f"\n{HAND_WRITTEN}\n")
+    if start < 0:
+        return report
+    end = old.find("\n## ", start + 1)
+    return _splice(report, old[start + 1 : None if end < 0 else end].rstrip("\n") + "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -194,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings=settings,
     )
     text = render(run, results, extra=[render_side_by_side(peers), sync, *nfr, big, kinds])
+    old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+    text = _keep_hand_written(text, old)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     print(text)

@@ -32,7 +32,8 @@ __all__ = ["OVER_GIT_STATUS", "VALIDATION_BUDGET_MS", "main", "render_big_repo"]
 
 # Issue 19: a run step's overhead, and environment validation, within 2x `git status`.
 OVER_GIT_STATUS = 2.0
-# The specification's budget for environment validation: 1 s, 2 s at most.
+# The specification's budget for environment validation (NFR-002, docs/requirements.md):
+# 1 s, 2 s at most.
 VALIDATION_BUDGET_MS = (1_000.0, 2_000.0)
 _ROWS = (
     GIT_STATUS,

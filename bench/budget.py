@@ -1,6 +1,6 @@
-"""The specification's performance budget, measured on acode's own parts (in this
-process: these are acode's internals, not something a peer has), and the cost of a
-ghost snapshot of a git work tree.
+"""The specification's performance budget (NFR-001 to NFR-003, docs/requirements.md),
+measured on acode's own parts (in this process: these are acode's internals, not
+something a peer has), and the cost of a ghost snapshot of a git work tree.
 
 The session: a plan of ``steps`` + 100 read steps over ``steps`` workspace files, killed
 (left unfinished) after ``steps`` of them; so resume has that many steps and files to
@@ -37,7 +37,8 @@ from acode.store.records import SessionRow
 
 __all__ = ["BUDGET", "Budget", "plan_session", "run_budget"]
 
-# The specification's performance benchmarks: (target, maximum), milliseconds.
+# The specification's performance benchmarks (docs/requirements.md): (target, maximum),
+# milliseconds.
 BUDGET = {
     "state recovery": (250.0, 500.0),
     "environment validation": (1_000.0, 2_000.0),

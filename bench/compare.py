@@ -7,11 +7,11 @@ writes.
 An engine waits stopped (SIGSTOP) through the others' turns, while the wall clock runs
 on: the finer the turns, the more of an engine's run is spent stopped and the more
 anything it paces by the wall clock happens in its own time. acode rewrites its progress
-file at most once a second of wall time: in turns of 50 steps, its 10,000 steps took
-200 turns spread over some 100 s, and it rendered the file about 80 times instead of the
-4 of a run on its own (80 µs a step). Each turn also starts on caches another engine
-filled. A run is therefore cut into a fixed number of turns (``turns``): 50 steps a turn
-at 1,000 steps, 500 at 10,000.
+file at most once a second of wall time: in fine turns its run spreads over many more
+seconds and it renders the file many times more often than in a run on its own, which
+shows in the cost of a step (docs/benchmarks.md, "Figures behind design choices"). Each
+turn also starts on caches another engine filled. A run is therefore cut into a fixed
+number of turns (``turns``): 50 steps a turn at 1,000 steps, 500 at 10,000.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Output for people and for programs: Rich on a terminal, plain text otherwise, JSON
 on request. Every message that reports a problem says what to do next.
 
-Everything acode prints goes through the redactor (DESIGN.md invariant 7): the two
+Everything acode prints goes through the redactor (invariant 7, docs/invariants.md): the two
 consoles write through :class:`_Redacted`, which masks each text Rich renders before it
 reaches the stream, and :func:`emit_json` masks every string of the value. A table
 cell is masked before it goes into the table (:func:`cells`), where a narrow column

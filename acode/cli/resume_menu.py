@@ -1,4 +1,4 @@
-"""What interactive and preflight resumes show before they ask (specification 002 §4):
+"""What interactive and preflight resumes show before they ask (docs/resume.md, "Interactive"):
 the plan as it stands (done, in progress, remaining), the age and the risks, and the
 options of a session whose history cannot be trusted."""
 

@@ -275,7 +275,8 @@ def _started_lines(started: Started, verb: str) -> list[str]:
 
 
 def _subtask_lines(w: WorkSession) -> list[str]:
-    """The subtasks, as step 6 of the specification shows them on resume."""
+    """The subtasks, as step 6 of the work-session runbook shows them on resume
+    (docs/work-sessions.md, "Resuming")."""
     lines = []
     for status, label in (("completed", "completed"), ("active", "in progress")):
         ids = [s.task_id for s in w.subtasks if s.status == status]

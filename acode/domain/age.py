@@ -1,4 +1,4 @@
-"""How old an interruption is, and what that suggests (specification 002)."""
+"""How old an interruption is, and what that suggests (docs/resume.md, "Age of an interruption")."""
 
 from __future__ import annotations
 

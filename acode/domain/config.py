@@ -100,7 +100,7 @@ class ResumeSettings:
     in_progress_strategy: Literal["rollback", "retry", "prompt"] = "rollback"
     changed_files_action: Literal["prompt", "continue", "abort"] = "prompt"
     validate_environment: bool = True
-    validation_timeout_seconds: float = 2.0  # NFR-002: the whole check, model included
+    validation_timeout_seconds: float = 2.0  # the whole check, model included (NFR-002)
 
 
 @dataclass(frozen=True)

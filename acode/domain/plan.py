@@ -115,7 +115,8 @@ class Plan:
     def from_record(cls, data: Mapping[str, Any]) -> Plan:
         """Rebuild a plan that acode recorded and has proven unchanged (its hash is in
         the signed checkpoints), without the checks of a plan file: they were made when
-        it was recorded, and cost 150 ms on a 10,000-step plan."""
+        it was recorded, and cost a long plan's resume noticeably
+        (docs/benchmarks.md, "Figures behind design choices")."""
         return cls(
             title=data["title"],
             tasks=tuple(

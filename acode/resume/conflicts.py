@@ -1,6 +1,6 @@
-"""Which changed files block a resume, and which only inform (specification 002, 2.1 and
-2.3): each is named with the step that last read or wrote it, and weighed against the
-steps still to run.
+"""Which changed files block a resume, and which only inform (docs/requirements.md, 2.1
+and 2.3 of "Choosing what to resume"): each is named with the step that last read or
+wrote it, and weighed against the steps still to run.
 
 - **conflict** (blocking): another session of the workspace wrote it after this one last
   read or wrote it (for a file of the work tree it has no record of: after it stopped);

@@ -418,7 +418,7 @@ MODEL_PROBE_SECONDS = 0.2
 # waits an hour checks nothing, and a time-out far beyond it overflows the clock.
 MODEL_PROBE_LONGEST_SECONDS = 3600.0
 # What ending an exchange that ran out of time takes (the socket shut down, the error
-# made): measured at 2 to 10 ms.
+# made), with a margin (docs/benchmarks.md, "Figures behind design choices").
 _GIVING_UP_SECONDS = 0.03
 
 
@@ -431,7 +431,8 @@ def check_model(config: AcodeConfig, *, until: float | None = None) -> ModelChec
 
     from acode.runtime.model_client import list_models
 
-    # The HTTP client is loaded before the time left is measured: that takes tens of ms.
+    # The HTTP client is loaded before the time left is measured: loading it takes a
+    # share of the budget worth counting (docs/benchmarks.md, "Figures behind design choices").
     importlib.import_module("acode.runtime.http_deadline")
     if until is None:
         wait = config.resume.validation_timeout_seconds

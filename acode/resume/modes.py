@@ -1,4 +1,4 @@
-"""Choosing what to resume and how much to ask (specification 002).
+"""Choosing what to resume and how much to ask (docs/resume.md, "Choosing the session: modes").
 
 autopilot never asks: it takes the most recent resumable session and resumes it at once
 only when that is safe (interrupted under 24 hours ago, nothing blocking changed); otherwise it
@@ -86,7 +86,7 @@ def candidates(store: EventStore, now_us: int) -> list[Candidate]:
     ]
 
 
-AUTOPILOT_MAX_AGE_S = 24 * 3600  # 002 §4: autopilot resumes on its own under a day
+AUTOPILOT_MAX_AGE_S = 24 * 3600  # autopilot resumes on its own under a day (docs/resume.md)
 
 
 @dataclass(frozen=True)

@@ -126,8 +126,9 @@ class ResumePreview(NamedTuple):
         return position_in(plan, step.id)
 
     def log_record(self) -> dict[str, object]:
-        """The `session_resume` record of the specification, with the interruption's
-        length, the mode and the replay order (002 §5, FR-037)."""
+        """The `session_resume` record, with the interruption's length, the mode and the
+        replay order (docs/requirements.md: the resume record, 5 of "Choosing what to
+        resume"; FR-037)."""
         c = self.continuation
         remaining = None
         if self.summary.total_steps is not None:

@@ -1,4 +1,4 @@
-"""Workspace paths resolved from directory descriptors (invariant 11 of DESIGN.md).
+"""Workspace paths resolved from directory descriptors (invariant 11, docs/invariants.md).
 
 A path string handed to the kernel is resolved when the call runs: a directory on it
 swapped for a symlink between acode's check and its use (threat 5, TOCTOU) would send a

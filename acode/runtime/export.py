@@ -2,7 +2,7 @@
 
 The JSON export holds everything the database knows about the session except what
 only acode may use: checkpoint signatures are left out, and every text is redacted
-(DESIGN.md invariant 7), so an export can be attached to a bug report.
+(invariant 7, docs/invariants.md), so an export can be attached to a bug report.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A mark is a ``checkpoint_marked`` event, committed with its own signed checkpoint like
 any other: it is in the hash chain, verified with the rest of the history, pushed to
 the remote mirror and exported. Marking a session that no process runs takes its lock
-for the one commit (DESIGN.md invariant 5); a running session is marked by the program
+for the one commit (invariant 5, docs/invariants.md); a running session is marked by the program
 that runs it (``Session.checkpoint``).
 """
 

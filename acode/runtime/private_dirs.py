@@ -2,7 +2,7 @@
 opened without following a symlink and refused unless they are private.
 
 Whoever can replace what is in such a directory can replace a session's lock file, and
-so take the session over (the specification's threat 1): the directory must be a real
+so take the session over (threat 1, docs/requirements.md): the directory must be a real
 directory (not a symlink, checked on the descriptor that is then used), belong to you
 and be writable by neither group nor others.
 """

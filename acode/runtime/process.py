@@ -112,7 +112,8 @@ class _Output:
     """A command's stdout and stderr, read by the thread that waits for its exit: one
     poll on both pipes and on the process's pidfd (Linux 5.3), which becomes readable the
     instant it exits. A reader thread a pipe and Popen.wait with a time-out (which polls,
-    sleeping up to 50 ms at a time) cost a 1 ms command about as much again."""
+    sleeping between polls) cost a short command about as much again
+    (docs/benchmarks.md, "Figures behind design choices")."""
 
     def __init__(self, proc: subprocess.Popen[bytes], limit: int) -> None:
         assert proc.stdout is not None

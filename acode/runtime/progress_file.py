@@ -1,4 +1,4 @@
-"""The progress file: one session as a person reads it, in markdown (specification 003).
+"""The progress file: one session as a person reads it, in markdown (docs/progress-file.md).
 
 ``.agent/state/sessions/<id>/progress.md`` says where a session stands: what it is, the
 configuration it runs with, the conversation, the results of its steps and what is left.
@@ -9,7 +9,7 @@ complete record is ``acode session export ID --format json``. Rendering reads th
 steps backwards from the end of the history, not every step, so that a long session's
 renders cost about what a short one's do.
 
-Every text in it passes through the redactor before it is written (DESIGN.md invariant 7).
+Every text in it passes through the redactor before it is written (invariant 7, docs/invariants.md).
 """
 
 from __future__ import annotations

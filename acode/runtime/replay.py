@@ -36,8 +36,8 @@ from acode.runtime.history import EventRow, History
 
 __all__ = ["GENERAL", "NO_INPUT", "REPLAY_WINDOW", "ReplayCursor", "Scanned"]
 
-# Rows read at once: a thousand keeps the queries per step negligible; four times as
-# many decoded payloads held at once made each step 15-20% slower.
+# Rows read at once: a thousand keeps the queries per step negligible, and more decoded
+# payloads held at once make each step slower (docs/benchmarks.md, "Figures behind design choices").
 REPLAY_WINDOW = 1024
 
 # ``ReplayCursor.completed``'s answer when the general way must decide.

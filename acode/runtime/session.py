@@ -137,7 +137,7 @@ def _error_text(exc: BaseException) -> str:
 
 
 # A seek in the step id ledger costs about as much as reading this many of its ids
-# (5.7 µs against 1.0 µs an id, measured on a 20,000-step ledger).
+# (docs/benchmarks.md, "Figures behind design choices").
 _IDS_PER_SEEK = 5
 
 
@@ -726,7 +726,8 @@ class Session:
         """Whether the ledger of the skipped steps holds ``step_id``. A seek each, until
         the seeks have cost what reading the whole ledger once does: from then on its
         ids are in memory, so a long run after skip_completed() pays at most twice the
-        cheaper of the two, and its steps cost what a fresh session's do (NFR-004)."""
+        cheaper of the two, and its steps cost what a fresh session's do (NFR-004,
+        docs/requirements.md)."""
         assert self._ledger_sid is not None
         if self._ledger_seeks_left > 0:
             self._ledger_seeks_left -= 1

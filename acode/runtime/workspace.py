@@ -1,4 +1,4 @@
-"""Where a workspace keeps acode's files (see DESIGN.md "Storage")."""
+"""Where a workspace keeps acode's files (docs/architecture.md, "Storage")."""
 
 from __future__ import annotations
 
@@ -92,7 +92,9 @@ class StatePaths(NamedTuple):
     def clear_temp(self, session_id: str) -> None:
         temp = self.temp_dir(session_id)
         if not temp.exists():
-            return  # as after most resumes: importing shutil would cost one 3 ms for nothing
+            # As after most resumes: shutil's import would be paid for nothing
+            # (docs/benchmarks.md, "Figures behind design choices").
+            return
         import shutil
 
         shutil.rmtree(temp, ignore_errors=True)

@@ -46,7 +46,8 @@ def _value(match: re.Match[str]) -> str:
 
 # Each token shape: its literal starts, which are also its rule's clue, and the rest. The
 # starts are alternatives of plain text: joined, they make a pattern that ``re`` searches
-# by its first characters, five times faster than with groups in it.
+# by its first characters, much faster than with groups in it
+# (docs/benchmarks.md, "Figures behind design choices").
 _TOKEN_SHAPES = [
     ("A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA", r"[0-9A-Z]{16}"),  # AWS access key ids
     ("gh[pousr]_", r"[A-Za-z0-9_]{36,}\b"),  # GitHub tokens
@@ -83,7 +84,8 @@ _KEY_WORDS = ("pass", "pwd", "secret", "key", "token")
 # A name, then what may close it (a quote, a bracket, JSON-escaped or not), then the
 # assignment: ":", "=", ":=", "==", "=>", but not "::" (a path in code).
 # The lookahead lets the pattern skip, with one test, every position that cannot start a
-# name: without it, trying each name at every position made it three times slower.
+# name: without it, trying each name at every position made it several times slower
+# (docs/benchmarks.md, "Figures behind design choices").
 _NAME = (
     rf"(?=[{''.join(sorted({n[0] for n in _KEY_NAMES + _SHORT_KEY_NAMES}))}])"
     rf"(?:(?:{'|'.join(_KEY_NAMES)})[\w-]*"
@@ -178,8 +180,8 @@ class _Rule(NamedTuple):
 
 def _sub(pattern: str, replace: Callable[[re.Match[str]], str]) -> Callable[[str], str]:
     # Compiled the first time a text holds the rule's clue, and kept by ``re``: a process
-    # whose texts hold none (the log lines of `acode resume`) compiles none, which took
-    # 4.5 ms.
+    # whose texts hold none (the log lines of `acode resume`) compiles none, and is spared
+    # compiling them all (docs/benchmarks.md, "Figures behind design choices").
     return lambda text: re.sub(pattern, replace, text)
 
 

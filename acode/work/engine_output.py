@@ -1,6 +1,6 @@
 """What an engine CLI printed for one turn, read into an :class:`EngineTurn`. Pure: no I/O.
 
-The rules come from running the real CLIs offline (shared/notes/engines-offline.md):
+The rules come from running the real CLIs offline (docs/testing.md, "The real engines offline"):
 
 - Codex (``codex exec --json``) prints JSON lines; the session is
   ``thread.started.thread_id``. Resuming an unknown UUID fails with "no rollout found"; a

@@ -8,14 +8,14 @@ ANTHROPIC_BASE_URL, HOME, ...), less acode's own secrets (the checkpoint key, th
 URL: acode.security.child_env). acode adds only what keeps a turn from hanging:
 
 - codex: ``-c features.unbounded_connection_retries=false``. By default codex retries a
-  dead server forever; with this it gives up after 5 retries (about 25 s). The ``-c`` form
+  dead server forever; with this it gives up after 5 retries. The ``-c`` form
   is used rather than ``--disable``, which fails on a codex that no longer knows the feature.
   Per-provider retry counts (``model_providers.<id>.request_max_retries``) are the user's to
   set: acode does not know the provider's id, and a built-in provider cannot be overridden.
 - claude: ``CLAUDE_CODE_MAX_RETRIES=2`` unless the caller set it (the default retries a
-  dead server for about 3 minutes; 2 give up in about 4 s).
+  dead server for minutes; 2 give up in seconds).
 - aider: ``COLUMNS`` wide, so that its answer is printed unwrapped. It retries a dead server
-  for about 78 s and then exits 0, which only its output gives away
+  for over a minute and then exits 0, which only its output gives away
   (engine_output.parse_aider); ``timeout_seconds`` bounds it. Aider has no session id: its
   session is ``history_file`` (resume_turn ignores ``session_id``), and a resume whose
   history file is gone is forgotten without running aider.
@@ -23,6 +23,8 @@ URL: acode.security.child_env). acode adds only what keeps a turn from hanging:
 A turn that outlives ``timeout_seconds`` has its whole process group killed. An engine
 gets SIGTERM when the process that started it dies (Linux), so a killed acode leaves no
 engine writing into a session that a resume is about to continue.
+
+How long each engine took to give up is in docs/benchmarks.md, "Figures behind design choices".
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Changed files by the step that touched them, blocking or informational (specification
-002, 2.1 and 2.3), and files another session of the workspace wrote since: conflicts."""
+"""Changed files by the step that touched them, blocking or informational (2.1 and 2.3 of
+"Choosing what to resume", docs/requirements.md), and files another session of the
+workspace wrote since: conflicts."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The work-session runbook with acode killed inside each step, at seeded moments.
 
-Each step of the specification's runbook (task, work session, spawn, breadcrumbs, the
-subtask's close with its summary to the parent, resume, close) runs in a process that an
-audit hook SIGKILLs at its N-th file rename (the instant a task file or a work session
-document is published, after its record was committed) or that a timer kills. Like a
+Each step of the runbook ("Work sessions" in docs/requirements.md: task, work session,
+spawn, breadcrumbs, the subtask's close with its summary to the parent, resume, close)
+runs in a process that an audit hook SIGKILLs at its N-th file rename (the instant a task
+file or a work session document is published, after its record was committed) or that a
+timer kills. Like a
 person, the test then looks whether the step took effect and runs it again if not. At the
 end the documents must agree with the record, no task may be doubled, every breadcrumb id
 must follow the one before, and the parent must hold exactly one summary of its subtask.

@@ -15,7 +15,7 @@ from acode.domain.plan import Plan, StepSpec, TaskSpec, _default_title
 from acode.domain.plan_validation import NodePath, PlanProblem, build_plan, plan_error
 from acode.errors import ErrorCode, PlanError
 
-# The plan of DESIGN.md ("Plan files") as a YAML parser hands it over.
+# The first example of docs/plans.md as a YAML parser hands it over.
 EXAMPLE: dict[str, Any] = {
     "title": "Add input validation",
     "tasks": [

@@ -1,4 +1,4 @@
-"""The functional requirements of the specification (FR-001..FR-065), one test per group,
+"""The functional requirements (FR-001..FR-065, docs/requirements.md), one test per group,
 each naming the requirements it covers. They go through the public library API or the
 real `acode` executable, with real processes, real SIGKILLs and real files.
 

@@ -14,7 +14,7 @@ from acode.domain.plan import Plan
 from acode.errors import ErrorCode, PlanError
 from acode.runtime.plan_loader import load_plan
 
-# DESIGN.md, section "Plan files", verbatim.
+# The first example of docs/plans.md, verbatim.
 DESIGN_EXAMPLE = """\
 title: Add input validation
 tasks:

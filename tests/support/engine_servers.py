@@ -1,6 +1,6 @@
 """One local model server that the real engine CLIs talk to offline, on 127.0.0.1.
 
-It speaks the three protocols the engines use (shared/notes/engines-offline.md):
+It speaks the three protocols the engines use (docs/testing.md, "The real engines offline"):
 
 - ``POST */responses``: OpenAI's Responses API, streamed as SSE (Codex CLI);
 - ``POST */messages``: Anthropic's Messages API, streamed or not (Claude Code);

@@ -1,5 +1,5 @@
 """The real engine CLIs for tests: where they are installed and the private, offline
-environment each one runs in (shared/notes/engines-offline.md).
+environment each one runs in (docs/testing.md, "The real engines offline").
 
 ``python -m tests.support.install_engines`` (``make test`` runs it) installs them into
 ``<repo>/.engines``; ``ACODE_ENGINES_DIR`` names another place. A test::

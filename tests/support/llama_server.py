@@ -12,8 +12,8 @@ Both live in their own virtual environment, built by `make test` / `make demo-ag
         settings = ModelSettings(base_url=server.base_url, name=server.model)
 
 The model is the base (not instruction-tuned) Gemma: it proves the machinery, not the
-answers. Its GGUF has no chat template, so the chat format is always given (see
-/work/shared/notes/local-llm.md): ``acode-chatml-function-calling``, which
+answers. Its GGUF has no chat template, so the chat format is always given (docs/testing.md,
+"The local model"): ``acode-chatml-function-calling``, which
 tests/support/llama_launch.py installs, llama-cpp-python's ``chatml-function-calling``
 with a template that shows the model tool results (the library's drops them).
 ``LlamaServer(prompt_log=path)`` has the server append every prompt it gives the model

@@ -1,6 +1,7 @@
-"""The specification's outcomes A and C through the `acode` command, with each REAL engine
-CLI (Claude Code, Codex, Aider) talking to a test server of its own protocol on 127.0.0.1:
-the server's log shows what each engine really sent."""
+"""Outcomes A and C of the work-session runbook (docs/requirements.md) through the
+`acode` command, with each REAL engine CLI (Claude Code, Codex, Aider) talking to a test
+server of its own protocol on 127.0.0.1: the server's log shows what each engine really
+sent."""
 
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ def session_discard(workspace: Path, session_id: str, as_json: bool) -> None:
 
 
 def session_checkpoint(workspace: Path, session_id: str, label: str, as_json: bool) -> None:
-    from acode.runtime.marks import mark_checkpoint
+    from acode.runtime.maintenance import mark_checkpoint
 
     marked = mark_checkpoint(workspace, session_id, label)
     mark, short = marked.mark, marked.row.short_id

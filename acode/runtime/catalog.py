@@ -24,6 +24,7 @@ from acode.store.records import SessionRow
 
 if TYPE_CHECKING:
     from acode.domain.plan import Plan
+    from acode.domain.usage import Usage
 
 __all__ = [
     "LEDGER_KINDS",
@@ -32,6 +33,7 @@ __all__ = [
     "current_config",
     "find_session",
     "is_resumable_row",
+    "model_usage",
     "recorded_agent",
     "recorded_config",
     "recorded_mode",
@@ -173,3 +175,10 @@ def current_config(source: Source, row: SessionRow, workspace_config: AcodeConfi
     return with_overrides(
         workspace_config, agent.overrides, f"recorded flags of session {row.short_id}"
     )
+
+
+def model_usage(store: EventStore, row: SessionRow) -> Usage:
+    """Tokens and cost of the session's answered model calls, across all its runs."""
+    from acode.domain.usage import total_usage
+
+    return total_usage(store.model_results(row))

@@ -22,7 +22,6 @@ __all__ = [
     "SessionDetail",
     "chosen_session",
     "lock_holder",
-    "model_usage",
     "read_store",
     "session_detail",
     "session_events",
@@ -62,6 +61,7 @@ def lock_holder(workspace: Path, session_id: str) -> str | None:
 
 
 def session_detail(store: EventStore, workspace: Path, id_or_prefix: str | None) -> SessionDetail:
+    from acode.runtime.catalog import model_usage
     from acode.runtime.clock import SystemClock
     from acode.runtime.journal import Journal
     from acode.security.signing import load_signer
@@ -76,13 +76,6 @@ def session_detail(store: EventStore, workspace: Path, id_or_prefix: str | None)
         lock_holder(workspace, row.id),
         model_usage(store, row),
     )
-
-
-def model_usage(store: EventStore, row: SessionRow) -> Usage:
-    """Tokens and cost of the session's answered model calls, across all its runs."""
-    from acode.domain.usage import total_usage
-
-    return total_usage(store.model_results(row))
 
 
 def chosen_session(store: EventStore, id_or_prefix: str | None) -> SessionRow:

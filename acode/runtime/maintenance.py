@@ -1,4 +1,5 @@
-"""Looking after sessions: clearing a stale lock, discarding a session for good."""
+"""Looking after sessions no process runs: clearing a stale lock, discarding a session for
+good, marking a checkpoint."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from acode.domain.events import EventType
+from acode.domain.marks import Mark, check_label
 from acode.domain.states import SessionState, is_terminal
 from acode.errors import NothingToResumeError, SessionLockedError, UsageError
 from acode.runtime.catalog import find_session
@@ -17,12 +19,13 @@ from acode.runtime.inspection import read_store
 from acode.runtime.journal import Journal
 from acode.runtime.lifecycle import Workspace, existing_workspace, take_lock
 from acode.runtime.locks import LockOwner, force_unlock, is_locked, read_owner
+from acode.runtime.marks import record_mark
 from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.base import EventStore, open_store
 from acode.store.records import SessionRow
 
-__all__ = ["discard_session", "locked_session", "unlock_session"]
+__all__ = ["Marked", "discard_session", "locked_session", "mark_checkpoint", "unlock_session"]
 
 
 class _Locked(NamedTuple):
@@ -90,3 +93,25 @@ def discard_session(workspace: Path, id_or_prefix: str, *, reason: str | None = 
             archive=True,
         )
         return store.session(row.id)
+
+
+class Marked(NamedTuple):
+    """The mark a label names in a session, and whether this call recorded it."""
+
+    mark: Mark
+    new: bool
+    row: SessionRow
+
+
+def mark_checkpoint(workspace: Path, id_or_prefix: str, label: str) -> Marked:
+    """Mark a session no process is running (``acode session checkpoint``); any state,
+    terminal ones included: a mark names a point and changes nothing else."""
+    check_label(label)  # a bad label is refused before anything is opened or locked
+    with locked_session(workspace, id_or_prefix) as (ws, store, row, clock):
+        journal = Journal.load(store, row, clock, load_signer())
+        mark, new = record_mark(journal, label)
+        if new:
+            from acode.runtime.progress_file import ProgressFile  # it reads marks too
+
+            ProgressFile(ws.paths).update(journal, final=True)
+        return Marked(mark, new, store.session(row.id))

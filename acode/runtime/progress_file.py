@@ -87,7 +87,7 @@ def render_progress(
     """The progress file of a session, as of ``summary``, written at ``now_us``;
     ``usage`` and ``marks``: its model calls' usage and its marked checkpoints, when the
     caller keeps them as it goes."""
-    from acode.runtime.inspection import model_usage
+    from acode.runtime.catalog import model_usage
     from acode.runtime.marks import session_marks
 
     plan = recorded_plan(store, row)

@@ -17,7 +17,8 @@ from acode.agent.loop import run_agent
 from acode.domain.config import AcodeConfig, AgentSettings, ModelSettings, Price
 from acode.domain.states import SessionState
 from acode.errors import ModelError, StepFailedError
-from acode.runtime.inspection import model_usage, read_store
+from acode.runtime.catalog import model_usage
+from acode.runtime.inspection import read_store
 from acode.runtime.lifecycle import start_session
 from acode.runtime.model_client import request_hash
 from tests.agent.scenario import PLAN, TASK, VALIDATE_PY, expected_login, rules, start_repository

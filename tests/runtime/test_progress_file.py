@@ -14,8 +14,8 @@ import acode
 from acode.domain.config import AcodeConfig, ModelSettings
 from acode.domain.plan import Plan
 from acode.errors import StepFailedError
+from acode.runtime.catalog import model_usage
 from acode.runtime.files import TEMP_PREFIX
-from acode.runtime.inspection import model_usage
 from acode.runtime.lifecycle import start_session
 from acode.runtime.progress_file import (
     CUT_AT,

@@ -531,7 +531,7 @@ def _fresh_after(journal: Journal, held_by_us: bool, fallback_ns: int) -> int:
     the step's doing. Otherwise (a program resuming a session it ran itself, a worker
     running long before it took the session over) ``fallback_ns``: when this resume took
     the lock, which the interrupted run had let go of."""
-    from acode.runtime.procfs import process_start_ns
+    from acode.runtime.process_table import process_start_ns
 
     start, summary = process_start_ns(), journal.summary
     if start is None or held_by_us or summary is None or summary.seq == 0:

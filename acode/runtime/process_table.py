@@ -66,7 +66,8 @@ def carrying(name: str, value: str, *, group: int | None = None) -> list[psutil.
     found = []
     for proc in psutil.process_iter() if group is None else _in_group(group):
         with contextlib.suppress(psutil.Error):
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(name) == value:
+            # A zombie's environment reads empty: its status is asked of the few that match.
+            if proc.environ().get(name) == value and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found
 

@@ -9,8 +9,8 @@ starts (the note is written by the command's shell itself, so no instant exists 
 it runs unnoted), and resume, which gets the lock only once the old holder is gone,
 stops whatever of those groups still runs before anything else happens. A process is
 recognised by its group and by the session id in its environment, never by a pid
-alone, which the system may have given to someone else since; and one found so is killed
-only while its pid is still its own (psutil compares its start time).
+alone, which the system may have given to someone else since; one found outside the noted
+groups is killed only while its pid is still its own (psutil compares its start time).
 """
 
 from __future__ import annotations

@@ -21,13 +21,9 @@ import shlex
 import signal
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from acode.runtime.process_table import carrying, kill
 from acode.runtime.workspace import StatePaths
-
-if TYPE_CHECKING:
-    import psutil
 
 __all__ = ["SESSION_ENV", "NotedCommand", "reap_orphans"]
 
@@ -63,9 +59,9 @@ class NotedCommand:
             self._note.unlink()
 
 
-def _members(group: int | None, session_id: str) -> list[psutil.Process]:
-    """Live processes of ``group`` (None: of any group) that belong to ``session_id``."""
-    return carrying(SESSION_ENV, session_id, group=group)
+def _runs(group: int, session_id: str) -> bool:
+    """Whether a live process of ``group`` belongs to ``session_id``."""
+    return bool(carrying(SESSION_ENV, session_id, group=group))
 
 
 def reap_orphans(paths: StatePaths, session_id: str) -> list[int]:
@@ -73,7 +69,7 @@ def reap_orphans(paths: StatePaths, session_id: str) -> list[int]:
     commands noted, and any other process carrying the session in its environment
     (the git of a commit step, say). Returns the ids of the groups and processes."""
     stopped = _reap_noted(paths, session_id)
-    others = [p for p in _members(None, session_id) if p.pid != os.getpid()]
+    others = [p for p in carrying(SESSION_ENV, session_id) if p.pid != os.getpid()]
     kill(others)
     return stopped + [p.pid for p in others]
 
@@ -88,7 +84,7 @@ def _reap_noted(paths: StatePaths, session_id: str) -> list[int]:
     for note in notes:
         with contextlib.suppress(OSError, ValueError):
             group = int(note.read_text().strip())
-            if _members(group, session_id):
+            if _runs(group, session_id):
                 with contextlib.suppress(OSError):
                     os.killpg(group, signal.SIGKILL)
                 _wait_gone(group, session_id)
@@ -100,5 +96,5 @@ def _reap_noted(paths: StatePaths, session_id: str) -> list[int]:
 
 def _wait_gone(group: int, session_id: str, seconds: float = 2.0) -> None:
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and _members(group, session_id):
+    while time.monotonic() < deadline and _runs(group, session_id):
         time.sleep(0.01)

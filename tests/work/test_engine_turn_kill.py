@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from acode.work.engines import EngineSettings, start_turn
+from acode.domain.config import EngineConfig
+from acode.work.engines import start_turn
 from tests.cli.conftest import Background, Cli, alive, read_pids, wait_for
 
 ENGINE = """\
@@ -77,7 +78,7 @@ def test_a_turn_that_times_out_kills_what_the_engine_started_outside_its_group(
     script, pid_file = tmp_path / "engine.py", tmp_path / "helper.pid"
     script.write_text(SPAWNING_ENGINE)
     monkeypatch.setenv("HELPER_PID", str(pid_file))
-    settings = EngineSettings(command=f"{sys.executable} {script}", timeout_seconds=5)
+    settings = EngineConfig(command=f"{sys.executable} {script}", timeout_seconds=5)
 
     turn = start_turn(
         "command",

@@ -42,6 +42,11 @@ def test_psycopg_is_imported_only_inside_functions() -> None:
         assert "psycopg" not in {n.split(".")[0] for n in _top_level_imports(module)}, module
 
 
+def test_psutil_is_imported_only_inside_functions() -> None:
+    for module in PACKAGE.rglob("*.py"):
+        assert "psutil" not in {n.split(".")[0] for n in _top_level_imports(module)}, module
+
+
 def test_runtime_and_resume_import_sync_only_when_a_remote_is_configured() -> None:
     for layer in ("runtime", "resume"):
         for module in (PACKAGE / layer).rglob("*.py"):

@@ -422,7 +422,10 @@ class _InProgress(NamedTuple):
 
 
 def _in_progress(
-    journal: Journal, workspace: Path, strategy: InProgressStrategy, fresh_after_ns: int
+    journal: Journal,
+    workspace: Path,
+    strategy: InProgressStrategy,
+    fresh_after: Callable[[], int],
 ) -> _InProgress:
     paths: set[str] = set()
     changes: list[ChangedFile] = []
@@ -441,7 +444,7 @@ def _in_progress(
             from acode.runtime.snapshot import BACKUP_SUFFIX, snapshot_ref
 
             as_left = AsLeft.of(with_as_left(journal.history, step, started))
-            plan = plan_rollback(workspace, ghost, as_left=as_left, fresh_after_ns=fresh_after_ns)
+            plan = plan_rollback(workspace, ghost, as_left=as_left, fresh_after_ns=fresh_after())
             paths |= plan.decided
             changes += [since_pause(workspace, kept) for kept in plan.changes]
             if strategy != "retry":  # retry runs the command again on the files as they are
@@ -461,12 +464,13 @@ def _environment(
     config: AcodeConfig,
     *,
     strategy: InProgressStrategy,
-    fresh_after_ns: int,
+    fresh_after: Callable[[], int],
 ) -> ResumePreview:
     """``preview`` with the environment report (and the in-progress step's action as
     the rollback it will be), all found within resume.validation_timeout_seconds: the
     files and the settings are checked in full, whatever they take (no file is ever
-    skipped); the model server is given what is left of that time (``check_model``)."""
+    skipped); the model server is given what is left of that time (``check_model``).
+    ``fresh_after`` is asked only by the rollback of a step to its ghost snapshot."""
     from acode.resume.conflicts import classify
 
     began = time.monotonic()
@@ -477,7 +481,7 @@ def _environment(
     changed: list[ChangedFile] = []
     rollback = None
     if exists:
-        found = _in_progress(journal, ws.root, strategy, fresh_after_ns)
+        found = _in_progress(journal, ws.root, strategy, fresh_after)
         checked, changed = changed_files(ws.root, store.file_fields(row.sid), ignore=found.paths)
         reported = {c.path for c in changed}
         changed += [c for c in found.changes if c.path not in reported]
@@ -531,7 +535,7 @@ def _fresh_after(journal: Journal, held_by_us: bool, fallback_ns: int) -> int:
     the step's doing. Otherwise (a program resuming a session it ran itself, a worker
     running long before it took the session over) ``fallback_ns``: when this resume took
     the lock, which the interrupted run had let go of."""
-    from acode.runtime.procfs import process_start_ns
+    from acode.runtime.process_table import process_start_ns
 
     start, summary = process_start_ns(), journal.summary
     if start is None or held_by_us or summary is None or summary.seq == 0:
@@ -594,13 +598,16 @@ def _preview_in(
     _cut_short(journal, ws.paths)
     if verify:
         verify_history(store, journal.row, signer)
+    held_by_us = _held_by_us(ws, row.id)
     return _environment(
         journal,
         ws,
         _preview(journal, ws.config, clock.now_us()),
         ws.config,
         strategy=ws.config.resume.in_progress_strategy,
-        fresh_after_ns=_fresh_after(journal, _held_by_us(ws, row.id), began_ns),
+        # The start of this process is asked of psutil, which a dry run loads only when it
+        # previews a rollback.
+        fresh_after=lambda: _fresh_after(journal, held_by_us, began_ns),
     )
 
 
@@ -798,7 +805,7 @@ def _resume(
         strategy = strategy or config.resume.in_progress_strategy
         if config.resume.validate_environment:
             preview = _environment(
-                journal, ws, preview, config, strategy=strategy, fresh_after_ns=fresh_after
+                journal, ws, preview, config, strategy=strategy, fresh_after=lambda: fresh_after
             )
         # --force is "resume despite the environment report": past changed files too,
         # unless the caller said abort in so many words.

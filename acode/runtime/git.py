@@ -20,7 +20,7 @@ from pathlib import Path
 
 from acode.errors import StepFailedError, UsageError
 from acode.runtime.git_command import git_bytes, git_ok, run_git
-from acode.runtime.procfs import open_files, processes
+from acode.runtime.process_table import holders
 
 __all__ = [
     "FALLBACK_EMAIL",
@@ -110,10 +110,11 @@ def clear_stale_index_lock(workspace: Path, *, wait_s: float = 30.0) -> bool:
 
 
 def _held_open(path: Path) -> bool:
-    if not os.path.isdir("/proc"):
-        return True  # cannot tell: assume a live git owns it
-    target = os.path.realpath(path)
-    return any(target in open_files(p.pid) for p in processes())
+    try:
+        file = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return bool(holders(file, path.name))
 
 
 def commit_all(

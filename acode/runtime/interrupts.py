@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TypeVar
 
 from acode.errors import EXIT_INTERRUPTED, PauseRequested
-from acode.runtime.procfs import processes
+from acode.runtime.process_table import child_groups
 
 __all__ = ["Interrupts"]
 
@@ -49,8 +49,10 @@ class Interrupts:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
-            _kill_children()
-            os._exit(EXIT_INTERRUPTED)
+            try:
+                _kill_children()
+            finally:  # whatever looking for them met, the second signal exits
+                os._exit(EXIT_INTERRUPTED)
         self.requested = True
         if self._interruptible:
             raise PauseRequested
@@ -80,11 +82,9 @@ def _kill_children() -> None:
     """Before exiting at once, stop the commands our steps started. They run in process
     groups of their own (so a Ctrl+C reaches acode, not them), which is why leaving
     would otherwise leave them running on, racing the resume that repeats their step."""
-    me = os.getpid()
-    for process in processes():
-        if process.parent == me:
-            with contextlib.suppress(OSError):
-                os.killpg(process.group, signal.SIGKILL)
+    for group in child_groups():
+        with contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGKILL)
 
 
 class _Interruptible:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from acode.errors import ErrorCode, SessionLockedError, StorageError, UsageError
 from acode.runtime.private_dirs import open_private_dir
-from acode.runtime.procfs import command_line, holders
+from acode.runtime.process_table import command_line, holders
 from acode.security.redaction import redact
 
 __all__ = [
@@ -248,7 +248,7 @@ def holder(locks_dir: Path, session_id: str) -> str | None:
             fcntl.flock(fd, fcntl.LOCK_UN)
             return None
         owner = _owner_from_fd(fd)
-        foreign = _foreign_holders(fd, owner)
+        foreign = _foreign_holders(fd, lock_path(locks_dir, session_id).name, owner)
         if foreign:
             return f"{_held_by(foreign)}, not the acode that took it"
         return owner.describe() if owner else "a process that has not recorded itself yet"
@@ -403,7 +403,7 @@ def _held_error(fd: int, path: Path, session_id: str) -> SessionLockedError:
     (ACODE-RESUME-003), or only processes it does not name do (ACODE-LOCK-003)."""
     for pause in (*_RECORD_GRACE, None):
         owner = _owner_from_fd(fd)
-        foreign = _foreign_holders(fd, owner)
+        foreign = _foreign_holders(fd, path.name, owner)
         if not foreign:
             return _locked_error(path, session_id, owner)
         if pause is None:
@@ -412,13 +412,12 @@ def _held_error(fd: int, path: Path, session_id: str) -> SessionLockedError:
     raise AssertionError("unreachable")
 
 
-def _foreign_holders(fd: int, owner: LockOwner | None) -> list[int]:
-    """The processes that hold the lock file open when the owner it records is not one
+def _foreign_holders(fd: int, name: str, owner: LockOwner | None) -> list[int]:
+    """The processes that hold the lock file ``name`` open when the owner it records is not one
     of them; empty when it is, when this process may be the holder (its own other
-    SessionLock), or when /proc cannot tell (no /proc, another user's processes)."""
-    info = os.fstat(fd)
+    SessionLock), or when the system does not tell (another user's processes)."""
     me = os.getpid()
-    others = [pid for pid in holders(info.st_dev, info.st_ino) or () if pid != me]
+    others = [pid for pid in holders(os.fstat(fd), name) if pid != me]
     if owner is not None and owner.pid in (me, *others):
         return []
     return others

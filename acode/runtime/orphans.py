@@ -9,7 +9,8 @@ starts (the note is written by the command's shell itself, so no instant exists 
 it runs unnoted), and resume, which gets the lock only once the old holder is gone,
 stops whatever of those groups still runs before anything else happens. A process is
 recognised by its group and by the session id in its environment, never by a pid
-alone, which the system may have given to someone else since.
+alone, which the system may have given to someone else since; one found outside the noted
+groups is killed only while its pid is still its own (psutil compares its start time).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import signal
 import time
 from pathlib import Path
 
-from acode.runtime.procfs import environment, processes
+from acode.runtime.process_table import carrying, kill
 from acode.runtime.workspace import StatePaths
 
 __all__ = ["SESSION_ENV", "NotedCommand", "reap_orphans"]
@@ -58,14 +59,9 @@ class NotedCommand:
             self._note.unlink()
 
 
-def _members(group: int | None, session_id: str) -> list[int]:
-    """Live processes of ``group`` (None: of any group) that belong to ``session_id``."""
-    marker = f"{SESSION_ENV}={session_id}".encode()
-    return [
-        p.pid
-        for p in processes()
-        if p.state != "Z" and (group is None or p.group == group) and marker in environment(p.pid)
-    ]
+def _runs(group: int, session_id: str) -> bool:
+    """Whether a live process of ``group`` belongs to ``session_id``."""
+    return bool(carrying(SESSION_ENV, session_id, group=group))
 
 
 def reap_orphans(paths: StatePaths, session_id: str) -> list[int]:
@@ -73,12 +69,9 @@ def reap_orphans(paths: StatePaths, session_id: str) -> list[int]:
     commands noted, and any other process carrying the session in its environment
     (the git of a commit step, say). Returns the ids of the groups and processes."""
     stopped = _reap_noted(paths, session_id)
-    for pid in _members(None, session_id):
-        if pid != os.getpid():
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-            stopped.append(pid)
-    return stopped
+    others = [p for p in carrying(SESSION_ENV, session_id) if p.pid != os.getpid()]
+    kill(others)
+    return stopped + [p.pid for p in others]
 
 
 def _reap_noted(paths: StatePaths, session_id: str) -> list[int]:
@@ -91,7 +84,7 @@ def _reap_noted(paths: StatePaths, session_id: str) -> list[int]:
     for note in notes:
         with contextlib.suppress(OSError, ValueError):
             group = int(note.read_text().strip())
-            if _members(group, session_id):
+            if _runs(group, session_id):
                 with contextlib.suppress(OSError):
                     os.killpg(group, signal.SIGKILL)
                 _wait_gone(group, session_id)
@@ -103,5 +96,5 @@ def _reap_noted(paths: StatePaths, session_id: str) -> list[int]:
 
 def _wait_gone(group: int, session_id: str, seconds: float = 2.0) -> None:
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and _members(group, session_id):
+    while time.monotonic() < deadline and _runs(group, session_id):
         time.sleep(0.01)

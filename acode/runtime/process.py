@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from acode.errors import StepFailedError, StorageError
+from acode.runtime.process_table import group_running
 from acode.security.child_env import child_environment
 
 __all__ = [
@@ -374,25 +375,5 @@ def _group_alive(group: int) -> bool:
         return False
     except PermissionError:
         pass  # a member changed its uid: it exists, though we may not signal it
-    return _live_member_in_proc(group)
-
-
-def _live_member_in_proc(group: int) -> bool:
-    # killpg(0) also succeeds for zombies, and orphans stay zombies for good where PID 1
-    # does not reap (many containers): ask /proc whether a member still runs.
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True  # no /proc: trust killpg
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # exited while we looked
-        # fields after the command name: state, ppid, pgrp, ...
-        if int(fields[2]) == group and fields[0] != b"Z":
-            return True
-    return False
+    # killpg(0) also succeeds for zombies: ask whether a member still runs.
+    return group_running(group)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from acode.domain.events import EventType
 from acode.errors import AcodeError
 from acode.runtime.beneath import Beneath
+from acode.runtime.process_table import own_file_paths
 from acode.runtime.snapshot import (
     SnapshotEntry,
     Worktree,
@@ -287,13 +288,8 @@ def _output_paths(workspace: Path) -> list[str]:
     """The workspace files this process's standard output and error go to."""
     root = os.path.realpath(workspace)
     found: list[str] = []
-    for fd in (1, 2):
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # no /proc: the pause's last lines count as a change
+    targets = own_file_paths((1, 2))
+    for target in (targets[fd] for fd in (1, 2) if fd in targets):
         rel = os.path.relpath(target, root)
         if not rel.startswith("..") and not os.path.isabs(rel) and rel not in found:
             found.append(rel)

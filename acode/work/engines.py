@@ -20,9 +20,10 @@ URL: acode.security.child_env). acode adds only what keeps a turn from hanging:
   session is ``history_file`` (resume_turn ignores ``session_id``), and a resume whose
   history file is gone is forgotten without running aider.
 
-A turn that outlives ``timeout_seconds`` has its whole process group killed. An engine
-gets SIGTERM when the process that started it dies (Linux), so a killed acode leaves no
-engine writing into a session that a resume is about to continue.
+A turn that outlives ``timeout_seconds`` has its whole process group killed, and the
+processes it started that left the group. An engine gets SIGTERM when the process that
+started it dies (Linux), so a killed acode leaves no engine writing into a session that a
+resume is about to continue.
 
 How long each engine took to give up is in docs/benchmarks.md, "Figures behind design choices".
 """
@@ -30,7 +31,6 @@ How long each engine took to give up is in docs/benchmarks.md, "Figures behind d
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shlex
 import shutil
@@ -346,20 +346,24 @@ def _run(
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        _kill(proc)
         return f"timed out after {timeout:g} s; its process group was killed"
     except BaseException:  # Ctrl+C, SIGTERM's pause: the engine must not run on unattended
-        _kill_group(proc)
+        _kill(proc)
         raise
     return stdout, stderr, proc.returncode
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """Kill the engine's process group and its descendants that left the group (an
+    engine's tool runner or language server in a session of its own)."""
     import subprocess
 
-    with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
-        os.killpg(proc.pid, signal.SIGKILL)
-    # A grandchild that left the group may still hold the pipes: do not wait for it.
+    from acode.runtime.process_table import kill_tree
+
+    kill_tree(proc.pid)
+    # A process that is no longer its descendant (a daemon, adopted by init) may still
+    # hold the pipes: do not wait for it.
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.communicate(timeout=5)
 

@@ -30,12 +30,13 @@ __all__: list[str] = []
 
 # What `session list` into a pipe has no use for: the parser, the renderer, the remote,
 # the journal that verifies a history, the key, the configuration (and YAML to read it),
-# the resume service.
+# the resume service, the process table.
 NOT_FOR_LISTING = (
     "typer",
     "rich",
     "yaml",
     "psycopg",
+    "psutil",
     "acode.sync",
     "acode.domain.config",
     "acode.runtime.journal",
@@ -46,9 +47,11 @@ NOT_FOR_LISTING = (
     "acode.cli.sync_command",
 )
 LIMITS = (None, None, None, 24, None)  # AT STEP is cut beyond 24 characters
-# What only running steps needs: a dry run runs none.
+# What only running steps needs: a dry run runs none (and the process table serves only
+# the preview of a rollback, of which this session has none).
 NOT_FOR_A_DRY_RUN = (
     "psycopg",
+    "psutil",
     "rich.prompt",
     "rich.live",
     "acode.cli.driver",

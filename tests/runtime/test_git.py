@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from acode.errors import StepFailedError, UsageError
 from acode.runtime.git import (
     FALLBACK_EMAIL,
     FALLBACK_NAME,
+    clear_stale_index_lock,
     commit_all,
     find_commit_with_trailer,
     is_work_tree,
@@ -207,3 +209,29 @@ def test_workspace_in_a_subdirectory_commits_only_itself(repo: Path) -> None:
     commit_all(workspace, "workspace only", {"Acode-Step": "k"})
     assert _git(repo, "ls-files").split() == ["project/mine.txt"]
     assert find_commit_with_trailer(workspace, "Acode-Step", "k") is not None
+
+
+def test_a_stale_index_lock_is_removed(repo: Path) -> None:
+    lock = repo / ".git" / "index.lock"
+    lock.write_text("")  # left by a git killed mid-commit: no process has it open
+    assert clear_stale_index_lock(repo, wait_s=0)
+    assert not lock.exists()
+    commit_all(repo, "after the crash", {"Acode-Step": "k1"})
+
+
+def test_an_index_lock_a_live_process_holds_is_kept(repo: Path) -> None:
+    lock = repo / ".git" / "index.lock"
+    lock.write_text("")
+    hold = "import sys; f = open(sys.argv[1]); print('up', flush=True); sys.stdin.read()"
+    with subprocess.Popen(
+        [sys.executable, "-c", hold, str(lock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "up\n"
+        assert not clear_stale_index_lock(repo, wait_s=0)
+        assert lock.exists()
+        holder.communicate("")
+    assert clear_stale_index_lock(repo, wait_s=0)  # it let go

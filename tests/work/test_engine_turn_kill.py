@@ -4,13 +4,18 @@ rebuilt (the killed turn's id is never used)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-from tests.cli.conftest import Background, Cli, alive, wait_for
+import pytest
+
+from acode.domain.config import EngineConfig
+from acode.work.engines import start_turn
+from tests.cli.conftest import Background, Cli, alive, read_pids, wait_for
 
 ENGINE = """\
 import os, sys, time
@@ -53,3 +58,44 @@ def test_a_kill_during_the_engine_turn_records_nothing_and_resume_rebuilds(
     assert "no longer available" in log.read_text().splitlines()[-1]
     ids = [line.split()[1] for line in log.read_text().splitlines()]
     assert resumed["turns"][0]["session_id"] not in ids[:1]  # never the killed turn's id
+
+
+# An engine that starts a helper in a session of its own (out of the engine's process
+# group), which keeps the engine's stdout open; then it never answers.
+SPAWNING_ENGINE = """\
+import os, subprocess, sys, time
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                          start_new_session=True)
+with open(os.environ["HELPER_PID"], "w") as f:
+    f.write(f"{helper.pid}\\n")
+time.sleep(60)
+"""
+
+
+def test_a_turn_that_times_out_kills_what_the_engine_started_outside_its_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script, pid_file = tmp_path / "engine.py", tmp_path / "helper.pid"
+    script.write_text(SPAWNING_ENGINE)
+    monkeypatch.setenv("HELPER_PID", str(pid_file))
+    settings = EngineConfig(command=f"{sys.executable} {script}", timeout_seconds=5)
+
+    turn = start_turn(
+        "command",
+        settings,
+        prompt="work",
+        cwd=tmp_path,
+        history_file=tmp_path / "history",
+        new_session_id="s-1",
+    )
+
+    assert (turn.ok, turn.detail) == (
+        False,
+        "command timed out after 5 s; its process group was killed",
+    )
+    [helper] = read_pids(pid_file)  # it started in time: the test tests something
+    try:
+        wait_for("the engine's helper to be killed", lambda: not alive(helper))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(helper, signal.SIGKILL)

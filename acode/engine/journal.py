@@ -119,6 +119,13 @@ class Journal:
         return self.row.id
 
     @property
+    def short_id(self) -> str:
+        """How people see this session: its shortest unique id prefix."""
+        if not self.row.short_id:
+            return self.store.short_id(self.row.id)
+        return self.row.short_id
+
+    @property
     def unledgered_step_ids(self) -> frozenset[str]:
         """The step ids the store's ledger does not hold yet (``EventStore.has_step_id``)."""
         return frozenset(self._unledgered)

@@ -689,15 +689,16 @@ def test_the_values_a_step_makes_name_every_field(
     seen: list[acode.StepContext] = []
     actions: list[Any] = []
     with acode.open_session("t", workspace=workspace) as s:
-        perform = s._perform
+        steps = s._steps
+        perform = steps.perform
 
         def keep(action: Any, *rest: Any) -> Any:
             actions.append(action)
             return perform(action, *rest)
 
-        monkeypatch.setattr(s, "_perform", keep)
+        monkeypatch.setattr(steps, "perform", keep)
         s.step("a", seen.append, input={"n": 1})
-        env = s._env("b", StepKind.PYTHON, "task", 1, 2)
+        env = steps._env("b", StepKind.PYTHON, "task", 1, 2)
         events, _ = journal_of(s).build([(EventType.STEP_COMPLETED, {"step": "b", "position": 1})])
         summary = journal_of(s).summary
     for value in (*seen, *actions, env.ctx, *events, summary):

@@ -1,10 +1,10 @@
 """`Session.step` takes a shorter way for a new retryable python step with no input and
-no observer (``Session._new_step``, ``Journal.write_completion``), and for such a step
-called again at a recorded position (``Session._replayed_step``). Whichever way a step
+no observer (``StepExecutor._new_step``, ``Journal.write_completion``), and for such a step
+called again at a recorded position (its replay lane in ``StepExecutor.python``). Whichever way a step
 takes, the database must end up the same, byte for byte, and every call return or raise
 the same: these tests run the same calls both ways, on the same clock and the same
 random bytes, and compare every row and outcome. An observer sends every step the
-general way (``Session._perform``)."""
+general way (``StepExecutor.perform``)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from acode.engine.journal import SUMMARY_EVERY, verify_history
 from acode.engine.lifecycle import start_session
 from acode.engine.observer import StepNotice
 from acode.engine.replay import REPLAY_WINDOW
-from acode.engine.session import Session
+from acode.engine.step_executor import StepExecutor
 from acode.errors import (
     AcodeError,
     CheckpointError,
@@ -62,7 +62,7 @@ class _Ticks:
 
 
 class _Told:
-    """An observer: its presence sends every step through ``Session._perform``."""
+    """An observer: its presence sends every step through ``StepExecutor.perform``."""
 
     def __init__(self) -> None:
         self.notices: list[StepNotice] = []
@@ -225,13 +225,13 @@ def test_only_the_steps_the_lane_cannot_take_go_the_general_way(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     general: list[str] = []
-    perform = Session._perform
+    perform = StepExecutor.perform
 
-    def spied(self: Session, action: Any, step_id: str, *rest: Any) -> Any:
+    def spied(self: StepExecutor, action: Any, step_id: str, *rest: Any) -> Any:
         general.append(step_id)
         return perform(self, action, step_id, *rest)
 
-    monkeypatch.setattr(Session, "_perform", spied)
+    monkeypatch.setattr(StepExecutor, "perform", spied)
     s = acode.open_session("spied", workspace=workspace)
     s.step("new", lambda ctx: 1)
     s.step("input", lambda ctx: 2, input={"x": 1})
@@ -246,7 +246,7 @@ def test_only_the_steps_the_lane_cannot_take_go_the_general_way(
             assert r.step(step_id, lambda ctx: pytest.fail("ran again"), input=given) == value
         assert r.step("after", lambda ctx: 5) == 5
     # Replayed, a completed step without input or observer returns its result the short
-    # way too (Session._replayed_step); one with an input or a `steps` row does not.
+    # way too (the replay lane of StepExecutor.python); one with an input or a `steps` row does not.
     assert general == ["input", "once", "observed", "input", "once"]
 
 

@@ -6,22 +6,25 @@ unchanged; otherwise the question is asked again. A decision is taken from the h
 only when its signature is the user's: one inserted into the database by hand opens
 nothing. With no decision and no one to ask, the step waits (``ApprovalPending``).
 
-The session records what this kind decides (``Session.approve``): the request and the
-state it leaves the session in, the decision and the completion in one commit.
+It runs through the step path of every kind (acode.engine.step_executor) as a step
+that waits: its outcome records the decision and the session's move back to executing
+with its completion, in one commit; one that waits records the request and the session's
+move to awaiting approval.
 """
 
 from __future__ import annotations
 
 import getpass
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from acode.domain.events import EventType
 from acode.domain.kinds import StepKind
+from acode.domain.states import SessionState
 from acode.engine.approvals import decision_payload, decision_valid, subject_hash
-from acode.engine.observer import ApprovalRequest, Approver
-from acode.engine.steps.base import StepContext
-from acode.errors import CheckpointError
+from acode.engine.observer import ApprovalRequest, Approver, StepPhase
+from acode.engine.steps.base import Outcome, Prepared, Recovery, StepContext, StepEnv, Wait
+from acode.errors import ApprovalPending, CheckpointError
 
 if TYPE_CHECKING:
     from acode.engine.history import History
@@ -34,9 +37,14 @@ __all__ = ["ApproveStep"]
 @dataclass(frozen=True)
 class ApproveStep:
     question: str
+    # What a decision is checked and signed with, and who is asked: the session's.
+    history: History = field(compare=False)
+    signer: Signer = field(compare=False)
+    approver: Approver | None = field(default=None, compare=False)
     subject: object = None
     kind: StepKind = StepKind.APPROVE
     durable_start: bool = False
+    waits: ClassVar[bool] = True
 
     def input(self) -> dict[str, Any]:
         # The subject is not part of the step's identity: a changed subject asks again.
@@ -46,18 +54,65 @@ class ApproveStep:
         """The hash of what the person is shown, which a decision is bound to."""
         return subject_hash(self.question, self.subject)
 
-    def recorded(
-        self, history: History, signer: Signer, ctx: StepContext, gate: str
-    ) -> dict[str, Any] | None:
+    def awaited(self, env: StepEnv, resumed: bool) -> Outcome | None:
+        """The decision recorded while the step waited, if it still stands; a wait when
+        there is none and no one to ask."""
+        gate = self.gate()
+        decision = self.recorded(env.ctx, gate) if resumed else None
+        if decision is not None:
+            return self._decided(decision)
+        if self.approver is None:
+            return self._waiting(env.ctx, gate)
+        return None
+
+    def prepare(self, env: StepEnv) -> Prepared:
+        return Prepared()
+
+    def execute(self, env: StepEnv, prepared: Prepared) -> Outcome:
+        """Ask the approver; what it decides is recorded with the completion."""
+        assert self.approver is not None  # else ``awaited`` made the step wait
+        gate = self.gate()
+        decision = self.ask(self.approver, env.ctx, gate)
+        if decision is None:
+            return self._waiting(env.ctx, gate)
+        return self._decided(decision, events=((EventType.APPROVAL_DECIDED, decision),))
+
+    def recover(self, env: StepEnv, started: dict[str, Any]) -> Recovery:
+        raise AssertionError("a step that waits is taken up again, never recovered")
+
+    def _decided(
+        self,
+        decision: dict[str, Any],
+        events: tuple[tuple[EventType, dict[str, Any]], ...] = (),
+    ) -> Outcome:
+        approved = bool(decision["approved"])
+        return Outcome(
+            self.result(decision),
+            value=approved,
+            events=events,
+            state=(SessionState.EXECUTING, "approval decided"),
+            told=(StepPhase.DONE, "approved") if approved else (StepPhase.FAILED, "denied"),
+        )
+
+    def _waiting(self, ctx: StepContext, gate: str) -> Outcome:
+        wait = Wait(
+            event=EventType.APPROVAL_REQUESTED,
+            fields={"question": self.question, "subject_hash": gate},
+            state=(SessionState.AWAITING_APPROVAL, f"step {ctx.step_id} awaits approval"),
+            error=ApprovalPending(ctx.step_id, self.question),
+        )
+        return Outcome(None, wait=wait)
+
+    def recorded(self, ctx: StepContext, gate: str) -> dict[str, Any] | None:
         """The newest decision recorded for this step while what it approved is
         unchanged (``gate``): the payload of its ApprovalDecided event."""
-        for event in reversed(history.of_type(EventType.APPROVAL_DECIDED)):
+        for event in reversed(self.history.of_type(EventType.APPROVAL_DECIDED)):
             p = event.payload
             if p.get("step") != ctx.step_id or p.get("position") != ctx.position:
                 continue
             if p.get("subject_hash") != gate:
                 return None
-            if not decision_valid(signer, ctx.session_id, p):
+            if not decision_valid(self.signer, ctx.session_id, p):
                 raise CheckpointError(
                     f"the approval of step {ctx.step_id!r} (event {event.seq}) is not signed "
                     "by this user's key: it was not recorded by acode",
@@ -66,9 +121,7 @@ class ApproveStep:
             return p
         return None
 
-    def ask(
-        self, approver: Approver, signer: Signer, ctx: StepContext, gate: str
-    ) -> dict[str, Any] | None:
+    def ask(self, approver: Approver, ctx: StepContext, gate: str) -> dict[str, Any] | None:
         """The approver's decision, signed: the payload of the ApprovalDecided event to
         record; None when no one can decide now."""
         answer = approver(
@@ -82,7 +135,7 @@ class ApproveStep:
         if answer is None:
             return None
         return decision_payload(
-            signer,
+            self.signer,
             ctx.session_id,
             step=ctx.step_id,
             position=ctx.position,
@@ -90,10 +143,6 @@ class ApproveStep:
             subject=gate,
             by=getpass.getuser(),
         )
-
-    def request(self, base: dict[str, Any], gate: str) -> dict[str, Any]:
-        """The payload of the ApprovalRequested event of a step that waits."""
-        return {**base, "question": self.question, "subject_hash": gate}
 
     @staticmethod
     def result(decision: dict[str, Any]) -> dict[str, Any]:

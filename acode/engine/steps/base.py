@@ -6,6 +6,11 @@ kinds whose ``durable_start`` is true, because a step that resume would simply r
 again needs no start record and so costs one commit instead of two. ``execute``
 performs the side effect. ``recover`` decides, for a step found started but not
 finished, whether it is already done, can be run again, or must be rolled back.
+
+A step that ``waits`` (approve: for a person's decision) is not recovered: found
+unfinished, it is taken up again as the same attempt, and ``awaited`` may end it before
+it starts. Its ``Outcome`` may record events of its own with the completion (the
+decision), move the session to a state on completion, or say that it waits (``Wait``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from acode.domain.config import AcodeConfig
+from acode.domain.events import EventType
 from acode.domain.kinds import StepKind
+from acode.domain.states import SessionState
+from acode.engine.observer import StepPhase
 from acode.store.records import FileRow
 
 if TYPE_CHECKING:
@@ -33,6 +41,8 @@ __all__ = [
     "StepAction",
     "StepContext",
     "StepEnv",
+    "Wait",
+    "WaitingAction",
 ]
 
 InProgressStrategy = Literal["rollback", "retry", "prompt"]
@@ -72,6 +82,17 @@ class Prepared(NamedTuple):
     blobs: tuple[tuple[str, bytes], ...] = ()
 
 
+class Wait(NamedTuple):
+    """A step that cannot complete now (an approval no one can give now). Unless its
+    position has a `steps` row already, it records an ``event`` (the step's fields and
+    ``fields``) and the session's move to ``state``, with the row; ``error`` is raised."""
+
+    event: EventType
+    fields: Mapping[str, Any]
+    state: tuple[SessionState, str]
+    error: BaseException
+
+
 class Outcome(NamedTuple):
     """A step's result, with what its commit records besides."""
 
@@ -83,6 +104,14 @@ class Outcome(NamedTuple):
     # just run needs no round trip through the store. None: StepAction.value decodes it
     # from ``result``, as a replay does.
     value: Any = None
+    # Events of the step's own, recorded before its completion in the same commit.
+    events: tuple[tuple[EventType, dict[str, Any]], ...] = ()
+    # The state the completion moves the session to, and why.
+    state: tuple[SessionState, str] | None = None
+    # The step does not complete now: nothing above is recorded.
+    wait: Wait | None = None
+    # What the observer is told of the step's end, instead of DONE with its duration.
+    told: tuple[StepPhase, str] | None = None
 
 
 class RecoveryAction(StrEnum):
@@ -108,6 +137,11 @@ class StepAction(Protocol):
     @property
     def durable_start(self) -> bool: ...
 
+    @property
+    def waits(self) -> bool:
+        """Whether the step may wait (a ``WaitingAction``)."""
+        ...
+
     def input(self) -> dict[str, Any]:
         """What identifies the step's input; its hash is compared on replay."""
         ...
@@ -120,4 +154,12 @@ class StepAction(Protocol):
 
     def value(self, store: EventStore, result: Any) -> Any:
         """What the caller gets back, from the recorded result (and the blobs it names)."""
+        ...
+
+
+class WaitingAction(StepAction, Protocol):
+    def awaited(self, env: StepEnv, resumed: bool) -> Outcome | None:
+        """Before the step starts: its outcome when it needs no run (what it waited for
+        came while it waited: ``resumed``, its position has a `steps` row), or one that
+        waits when it cannot start now; None to start it."""
         ...

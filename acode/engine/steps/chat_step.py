@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from acode.domain.kinds import StepKind
 from acode.domain.usage import call_cost
@@ -29,6 +29,7 @@ class ChatStep:
     new_messages: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
     kind: StepKind = StepKind.MODEL
     durable_start: bool = False
+    waits: ClassVar[bool] = False
 
     def input(self) -> dict[str, Any]:
         return {"request": self.request_hash}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from acode.domain.idempotency import step_prefix
 from acode.domain.kinds import StepKind
@@ -36,6 +36,7 @@ class CommitStep:
     message: str
     kind: StepKind = StepKind.COMMIT
     durable_start: bool = False
+    waits: ClassVar[bool] = False
 
     def input(self) -> dict[str, Any]:
         return {"message": self.message}

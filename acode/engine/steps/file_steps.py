@@ -6,7 +6,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from acode.domain.kinds import StepKind
 from acode.engine.steps.base import Outcome, Prepared, Recovery, RecoveryAction, StepEnv
@@ -100,6 +100,7 @@ class ReadStep:
     path: str
     kind: StepKind = StepKind.READ
     durable_start: bool = False
+    waits: ClassVar[bool] = False
 
     def input(self) -> dict[str, Any]:
         return {"path": self.path}
@@ -207,6 +208,7 @@ class WriteStep(_Replace):
     content: bytes
     kind: StepKind = StepKind.WRITE
     durable_start: bool = True
+    waits: ClassVar[bool] = False
 
     def input(self) -> dict[str, Any]:
         return {"path": self.path, "content": sha256_bytes(self.content)}
@@ -222,6 +224,7 @@ class EditStep(_Replace):
     new: str
     kind: StepKind = StepKind.EDIT
     durable_start: bool = True
+    waits: ClassVar[bool] = False
 
     def input(self) -> dict[str, Any]:
         return {"path": self.path, "old": self.old, "new": self.new}

@@ -8,7 +8,7 @@ answer is never requested again; an unanswered request is simply sent again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from acode.domain.kinds import StepKind
 from acode.domain.usage import call_cost
@@ -26,6 +26,7 @@ class ModelStep:
     history: tuple[dict[str, Any], ...] = field(default=(), compare=False)
     kind: StepKind = StepKind.MODEL
     durable_start: bool = False
+    waits: ClassVar[bool] = False
 
     def input(self) -> dict[str, Any]:
         return {"prompt": self.prompt}

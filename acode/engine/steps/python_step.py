@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from acode.domain.events import canonical_json
 from acode.domain.kinds import StepKind
@@ -130,6 +130,7 @@ class PythonStep:
     fn: StepFunction = field(compare=False)
     arguments: Any = None
     kind: StepKind = StepKind.PYTHON
+    waits: ClassVar[bool] = False
 
     @property
     def durable_start(self) -> bool:

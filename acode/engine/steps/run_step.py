@@ -12,7 +12,7 @@ its rollback reverts what the command changed, and not what a person changed sin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from acode.domain.kinds import StepKind
 from acode.engine.rollback import AsLeft, describe, roll_back
@@ -40,6 +40,7 @@ class RunStep:
     paths: tuple[str, ...] = ()
     check: str | None = None
     kind: StepKind = StepKind.RUN
+    waits: ClassVar[bool] = False
 
     @property
     def durable_start(self) -> bool:

@@ -403,7 +403,7 @@ def verify_history(store: EventStore, row: SessionRow, signer: Signer) -> Sessio
     tail = _Tail(stamp=None, hash=b"", seq=0)
     summary: SessionSummary | None = None
     steps: dict[int, StepRecord] = {}
-    # A step needs a row unless its completion is its only event (Session._finish).
+    # A step needs a row unless its completion is its only event (StepExecutor._finish).
     needs_row: set[int] = set()
     for event in journal.history.events():
         _check_order(row, tail, event)

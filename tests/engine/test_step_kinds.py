@@ -49,6 +49,10 @@ def test_a_kind_has_its_action(spec: KindSpec) -> None:
         assert callable(getattr(action, method, None)), f"{name} has no {method}()"
     # A field, or a property where it depends on the step (a run step's idempotence).
     assert isinstance(getattr(action, "durable_start", None), bool | property)
+    # A step that waits (steps/base.py WaitingAction) says what came while it waited.
+    assert isinstance(getattr(action, "waits", None), bool)
+    if action.waits:
+        assert callable(getattr(action, "awaited", None)), f"{name} has no awaited()"
 
 
 @pytest.mark.parametrize("spec", KINDS, ids=[spec.kind.value for spec in KINDS])

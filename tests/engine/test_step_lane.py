@@ -1,10 +1,10 @@
 """`Session.step` takes a shorter way for a new retryable python step with no input and
-no observer (``StepExecutor._new_step``, ``Journal.write_completion``), and for such a step
-called again at a recorded position (its replay lane in ``StepExecutor.python``). Whichever way a step
-takes, the database must end up the same, byte for byte, and every call return or raise
-the same: these tests run the same calls both ways, on the same clock and the same
-random bytes, and compare every row and outcome. An observer sends every step the
-general way (``StepExecutor.perform``)."""
+no observer (``StepExecutor._new_step``, ``Journal.write_completion``), and for such a
+step called again at a recorded position (the replay lane of ``StepExecutor.python``).
+Whichever way a step takes, the database must end up the same, byte for byte, and every
+call return or raise the same: these tests run the same calls both ways, on the same
+clock and the same random bytes, and compare every row and outcome. An observer sends
+every step the general way (``StepExecutor.perform``)."""
 
 from __future__ import annotations
 

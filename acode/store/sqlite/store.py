@@ -89,7 +89,7 @@ UPSERT_STEP = (
 _STEP_COLUMNS = "position, step_id, kind, status, attempt, task_id, input_hash, event_seq"
 _STEP_TYPES = ", ".join(repr(str(t)) for t in sorted(STEP_EVENT_TYPES))
 # The events about steps, in order: folded, they are the steps' records (schema 4 writes
-# a `steps` row only for a step that needs one, see Session._finish).
+# a `steps` row only for a step that needs one, see StepExecutor._finish).
 SELECT_STEP_EVENTS = (
     "SELECT seq, type, payload FROM events WHERE id > ? AND id < ?"
     f" AND type IN ({_STEP_TYPES})"

@@ -50,8 +50,9 @@ def test_a_kind_has_its_action(spec: KindSpec) -> None:
     # A field, or a property where it depends on the step (a run step's idempotence).
     assert isinstance(getattr(action, "durable_start", None), bool | property)
     # A step that waits (steps/base.py WaitingAction) says what came while it waited.
-    assert isinstance(getattr(action, "waits", None), bool)
-    if action.waits:
+    waits = getattr(action, "waits", None)
+    assert isinstance(waits, bool)
+    if waits:
         assert callable(getattr(action, "awaited", None)), f"{name} has no awaited()"
 
 

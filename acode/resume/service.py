@@ -536,6 +536,10 @@ def _held_by_us(ws: Workspace, session_id: str) -> bool:
     return owner is not None and owner.pid == os.getpid()
 
 
+def _run_step_interrupted(journal: Journal) -> bool:
+    return any(step.kind == StepKind.RUN for step in journal.unfinished_steps())
+
+
 def _fresh_after(journal: Journal, held_by_us: bool, fallback_ns: int) -> int:
     """From when a file cannot have been changed by the interrupted run: the start of
     this process, when the run was an earlier one (its last event is older), so that a
@@ -792,7 +796,11 @@ def _resume(
         ws.paths.clear_temp(row.id)
         journal = Journal.load(store, row, clock, signer)
         row = journal.row  # chained again under the key, if it was recorded before
-        fresh_after = _fresh_after(journal, held_by_us, locked)
+        # Only the rollback of an interrupted run step asks it, and the start of this
+        # process is asked of psutil, which a resume of other steps does without.
+        fresh_after = (
+            _fresh_after(journal, held_by_us, locked) if _run_step_interrupted(journal) else locked
+        )
         if orphans:  # the start of this process came before they were gone
             fresh_after = max(fresh_after, locked)
         _refuse(journal)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from acode.system.orphans import SESSION_ENV, NotedCommand, reap_orphans
+from acode.system.orphans import SESSION_ENV, NotedCommand, commands_started, reap_orphans
 from acode.system.workspace import StatePaths
 from tests.cli.conftest import alive, wait_for
 
@@ -29,7 +30,7 @@ def paths(tmp_path: Path) -> StatePaths:
 
 
 @pytest.fixture
-def spawn() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+def spawn(paths: StatePaths) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Starts ``/bin/sh -c COMMAND`` in a session of its own, as a run step's command is;
     whatever is left is killed after the test."""
     procs: list[subprocess.Popen[bytes]] = []
@@ -37,7 +38,7 @@ def spawn() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     def start(command: str, session_id: str | None) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         if session_id is not None:
-            env[SESSION_ENV] = session_id
+            env.update(commands_started(paths, session_id))  # as a step starts it
         proc = subprocess.Popen(["/bin/sh", "-c", command], env=env, start_new_session=True)
         procs.append(proc)
         return proc
@@ -98,3 +99,39 @@ def test_another_sessions_processes_are_left_alone(paths: StatePaths, spawn, tmp
 
 def test_nothing_left_and_nothing_noted(paths: StatePaths) -> None:
     assert reap_orphans(paths, SID) == []
+
+
+def test_a_session_that_never_started_a_command_is_not_looked_for(paths: StatePaths) -> None:
+    """Without the folder a session's first command makes, no process can carry the
+    session: resume does not ask the system (nor load psutil) for one."""
+    marked = subprocess.Popen(
+        ["sleep", "60"], env={**os.environ, SESSION_ENV: SID}, start_new_session=True
+    )
+    try:
+        assert reap_orphans(paths, SID) == []
+        assert marked.poll() is None
+        commands_started(paths, SID)
+        assert reap_orphans(paths, SID) == [marked.pid]
+        assert marked.wait(timeout=10) == -9
+    finally:
+        if marked.poll() is None:
+            marked.kill()
+            marked.wait()
+
+
+def test_a_python_session_resumes_without_loading_psutil(tmp_path: Path) -> None:
+    script = f"""
+import sys
+import acode
+s = acode.open_session("t", {str(tmp_path)!r})
+s.step("one", lambda ctx: 1)
+s.close()
+r = acode.resume_session(s.id, {str(tmp_path)!r})
+assert r.step("one", lambda ctx: 2) == 1
+r.close()
+print("psutil" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "False", done.stderr

@@ -21,7 +21,8 @@ from acode.system.git import (
     find_commit_with_trailer,
     is_work_tree,
 )
-from acode.system.orphans import SESSION_ENV
+from acode.system.orphans import commands_started
+from acode.system.workspace import StatePaths
 
 if TYPE_CHECKING:
     from acode.store.base import EventStore
@@ -68,7 +69,7 @@ class CommitStep:
             ws,
             self.message,
             {TRAILER: env.ctx.idempotency_key},
-            extra_env={SESSION_ENV: env.ctx.session_id},
+            extra_env=commands_started(StatePaths(ws), env.ctx.session_id),
         )
         return Outcome({"sha": sha, "reused": False})
 

@@ -21,7 +21,7 @@ from acode.engine.steps.file_steps import observe, read_file, restore_image
 from acode.errors import StepFailedError
 from acode.system.beneath import Beneath
 from acode.system.files import expand_globs, sha256_bytes
-from acode.system.orphans import SESSION_ENV, NotedCommand
+from acode.system.orphans import NotedCommand, commands_started
 from acode.system.process import CommandResult, run_command
 from acode.system.snapshot import BACKUP_SUFFIX, snapshot_if_work_tree, snapshot_ref
 from acode.system.workspace import StatePaths
@@ -160,7 +160,8 @@ def _step_env(env: StepEnv) -> dict[str, str]:
     """What a step's command gets besides the caller's environment (run_command leaves
     acode's secrets out of that)."""
     return {
-        SESSION_ENV: env.ctx.session_id,  # also how resume recognises an orphan
+        # also how resume recognises an orphan
+        **commands_started(StatePaths(env.ctx.workspace), env.ctx.session_id),
         "ACODE_STEP_ID": env.ctx.step_id,
         "ACODE_IDEMPOTENCY_KEY": env.ctx.idempotency_key,
     }

@@ -34,9 +34,9 @@ _EXPORTS = {
     "AcodeConfig": "acode.domain.config",
     "AcodeError": "acode.errors",
     "ApprovalPending": "acode.errors",
-    "ApprovalRequest": "acode.runtime.observer",
+    "ApprovalRequest": "acode.engine.observer",
     "CheckpointError": "acode.errors",
-    "CommandResult": "acode.runtime.process",
+    "CommandResult": "acode.system.process",
     "EnvironmentValidationError": "acode.errors",
     "ModelError": "acode.errors",
     "NonDeterminismError": "acode.errors",
@@ -44,19 +44,19 @@ _EXPORTS = {
     "PauseRequested": "acode.errors",
     "ResumePreview": "acode.resume.service",
     "ResumableSession": "acode.resume.listing",
-    "Session": "acode.runtime.session",
+    "Session": "acode.engine.session",
     "SessionLockedError": "acode.errors",
     "SessionNotFoundError": "acode.errors",
     "SessionState": "acode.domain.states",
-    "StepContext": "acode.runtime.steps.base",
+    "StepContext": "acode.engine.steps.base",
     "StepFailedError": "acode.errors",
     "StorageError": "acode.errors",
     "TerminalStateError": "acode.errors",
     "UsageError": "acode.errors",
     "list_resumable": "acode.resume.listing",
-    "open_session": "acode.runtime.lifecycle",
+    "open_session": "acode.engine.lifecycle",
     "preview_resume": "acode.resume.service",
-    "python_step": "acode.runtime.steps.python_step",
+    "python_step": "acode.engine.steps.python_step",
     "resume_session": "acode.resume.service",
 }
 
@@ -65,6 +65,11 @@ __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604 (derived, pinned by a test
 if TYPE_CHECKING:  # ``X as X``: re-exported, for type checkers
     from acode.domain.config import AcodeConfig as AcodeConfig
     from acode.domain.states import SessionState as SessionState
+    from acode.engine.lifecycle import open_session as open_session
+    from acode.engine.observer import ApprovalRequest as ApprovalRequest
+    from acode.engine.session import Session as Session
+    from acode.engine.steps.base import StepContext as StepContext
+    from acode.engine.steps.python_step import python_step as python_step
     from acode.errors import AcodeError as AcodeError
     from acode.errors import ApprovalPending as ApprovalPending
     from acode.errors import CheckpointError as CheckpointError
@@ -84,12 +89,7 @@ if TYPE_CHECKING:  # ``X as X``: re-exported, for type checkers
     from acode.resume.service import ResumePreview as ResumePreview
     from acode.resume.service import preview_resume as preview_resume
     from acode.resume.service import resume_session as resume_session
-    from acode.runtime.lifecycle import open_session as open_session
-    from acode.runtime.observer import ApprovalRequest as ApprovalRequest
-    from acode.runtime.process import CommandResult as CommandResult
-    from acode.runtime.session import Session as Session
-    from acode.runtime.steps.base import StepContext as StepContext
-    from acode.runtime.steps.python_step import python_step as python_step
+    from acode.system.process import CommandResult as CommandResult
 
 
 def __getattr__(name: str) -> Any:

@@ -132,7 +132,7 @@ class BareKinds:
         else:
             self._record({"step": step, "ghost": self._snapshot(step)})
         # The process group noted by the command's shell before the command runs, so
-        # that a resume after a kill can stop what it left running (acode.runtime.orphans).
+        # that a resume after a kill can stop what it left running (acode.system.orphans).
         # No time-out: subprocess's (Popen.wait polling with sleeps) costs a short command
         # a millisecond, and one done right costs nothing until it fires.
         note = self._notes / f"{step}.pgid"

@@ -13,9 +13,9 @@ so that the machine's drift hits all alike):
   log.txt`` steps; the time between two steps' ``done`` lines as they reach the pipe is
   the step's whole cost to the person waiting, and less the same command run bare
   (``/bin/sh -c``) its overhead; the duration the step's line printed is kept beside it;
-- the ghost snapshot alone: ``acode.runtime.snapshot.snapshot_worktree``, in this process,
+- the ghost snapshot alone: ``acode.system.snapshot.snapshot_worktree``, in this process,
   after one file changed;
-- a restore of one changed file: ``acode.runtime.rollback.roll_back``, what resuming a
+- a restore of one changed file: ``acode.engine.rollback.roll_back``, what resuming a
   killed ``run`` step does, back to a snapshot taken before the file changed;
 - environment validation as bench/budget.py measures it (``changed_files`` over the
   files table's rows) for a session that touched every file of the repository (a
@@ -243,8 +243,8 @@ class _InProcess:
     """What runs in this process: the snapshot, the restore, the validation."""
 
     def __init__(self, repo: Path, touched: str) -> None:
+        from acode.engine.lifecycle import existing_workspace
         from acode.resume.service import select_for_resume
-        from acode.runtime.lifecycle import existing_workspace
         from acode.store.base import open_store
 
         self.repo = repo
@@ -262,7 +262,7 @@ class _InProcess:
             handle.write(f"CHANGED = {self.count}\n")
 
     def snapshot(self) -> float:
-        from acode.runtime.snapshot import snapshot_worktree
+        from acode.system.snapshot import snapshot_worktree
 
         self._change()
         ref = f"refs/acode/bench/snapshot-{self.count}"
@@ -271,8 +271,8 @@ class _InProcess:
     def restore(self) -> float:
         """The time of a rollback that puts one changed file back (not timed: the
         snapshot taken before the change)."""
-        from acode.runtime.rollback import roll_back
-        from acode.runtime.snapshot import snapshot_worktree
+        from acode.engine.rollback import roll_back
+        from acode.system.snapshot import snapshot_worktree
 
         ghost = snapshot_worktree(self.repo, f"refs/acode/bench/ghost-{self.count}")
         self._change()
@@ -299,7 +299,7 @@ class _InProcess:
         return seconds
 
     def same_tree(self, scratch: Path) -> bool:
-        from acode.runtime.snapshot import snapshot_worktree
+        from acode.system.snapshot import snapshot_worktree
 
         self._change()
         sha = snapshot_worktree(self.repo, f"refs/acode/bench/compare-{self.count}")

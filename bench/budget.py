@@ -24,16 +24,16 @@ from acode.domain.continuation import plan_continuation
 from acode.domain.kinds import StepKind
 from acode.domain.plan import Plan, StepSpec, TaskSpec
 from acode.domain.reducer import StepStatus
+from acode.engine.catalog import recorded_plan
+from acode.engine.journal import Journal
+from acode.engine.lifecycle import existing_workspace, start_session
 from acode.resume.environment import changed_files
 from acode.resume.service import select_for_resume
-from acode.runtime.catalog import recorded_plan
-from acode.runtime.clock import SystemClock
-from acode.runtime.journal import Journal
-from acode.runtime.lifecycle import existing_workspace, start_session
-from acode.runtime.snapshot import snapshot_worktree
 from acode.security.signing import load_signer
 from acode.store.base import EventStore, open_store
 from acode.store.records import SessionRow
+from acode.system.clock import SystemClock
+from acode.system.snapshot import snapshot_worktree
 
 __all__ = ["BUDGET", "Budget", "plan_session", "run_budget"]
 

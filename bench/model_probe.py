@@ -111,7 +111,7 @@ def _preview(workspace: Path, session_id: str) -> tuple[float, str]:
 
 
 def run_model_probe(samples: int, scratch: Path, progress: Callable[[str], None]) -> ModelProbe:
-    from acode.runtime.lifecycle import existing_workspace
+    from acode.engine.lifecycle import existing_workspace
     from tests.support.busy_model import MODEL, BusyModelServer
 
     workspace = scratch / "model-probe"

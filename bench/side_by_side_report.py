@@ -307,7 +307,7 @@ def _budget_table(result: SideBySide) -> str:
         f"steps over {b.files:,} workspace files (medians of "
         f"{len(b.seconds['state recovery'])}). Checkpoint creation is the whole step, "
         f"checkpoint included, in the {n:,}-step per-step run. The ghost snapshot is "
-        f"`acode.runtime.snapshot.snapshot_worktree` on a git repository of {b.snapshot_files:,} "
+        f"`acode.system.snapshot.snapshot_worktree` on a git repository of {b.snapshot_files:,} "
         "files, 11 of them changed or new.",
         "",
         "| what | ms | target | maximum | |",

@@ -47,8 +47,8 @@ def test_psutil_is_imported_only_inside_functions() -> None:
         assert "psutil" not in {n.split(".")[0] for n in _top_level_imports(module)}, module
 
 
-def test_runtime_and_resume_import_sync_only_when_a_remote_is_configured() -> None:
-    for layer in ("runtime", "resume"):
+def test_the_engine_and_resume_import_sync_only_when_a_remote_is_configured() -> None:
+    for layer in ("engine", "system", "operations", "resume"):
         for module in (PACKAGE / layer).rglob("*.py"):
             assert not any(n.startswith("acode.sync") for n in _top_level_imports(module)), module
 

@@ -58,7 +58,7 @@ def test_every_exported_name_resolves() -> None:
 
 def test_open_session_takes_what_a_library_caller_passes() -> None:
     """What acode's own commands record besides (a plan, an agent's task, a mode, a clock)
-    goes through ``acode.runtime.lifecycle.start_session``, not the library's entry point;
+    goes through ``acode.engine.lifecycle.start_session``, not the library's entry point;
     docs/library.md shows the same signature."""
     import inspect
 
@@ -183,12 +183,12 @@ def test_resuming_loads_only_what_a_library_caller_runs() -> None:
         "socket",
         "difflib",
         "importlib.resources",
-        "acode.runtime.git",
-        "acode.runtime.snapshot",
-        "acode.runtime.process",
-        "acode.runtime.model_client",
-        "acode.runtime.steps.file_steps",
-        "acode.runtime.steps.run_step",
+        "acode.system.git",
+        "acode.system.snapshot",
+        "acode.system.process",
+        "acode.system.model_client",
+        "acode.engine.steps.file_steps",
+        "acode.engine.steps.run_step",
         "acode.domain.plan",
         "acode.domain.continuation",
     )
@@ -196,7 +196,7 @@ def test_resuming_loads_only_what_a_library_caller_runs() -> None:
 
 
 def test_the_resume_command_loads_the_step_engine_only_to_run_steps() -> None:
-    engine = ("acode.runtime.session", "acode.runtime.plan_runner", "acode.cli.driver")
+    engine = ("acode.engine.session", "acode.engine.plan_runner", "acode.cli.driver")
     assert _loaded("import acode.cli.resume_command", engine) == []
 
 

@@ -222,20 +222,29 @@ def _entries(middle: Sequence[Mapping[str, Any]]) -> list[_Entry]:
             call_id = str(message.get("tool_call_id"))
             if call_id in waiting:
                 index = waiting.pop(call_id)
-                entries[index] = _Entry(entries[index].label, "", entries[index].arguments, text)
+                entries[index] = _Entry(
+                    label=entries[index].label,
+                    text="",
+                    arguments=entries[index].arguments,
+                    result=text,
+                )
             else:
-                entries.append(_Entry("tool result", _first_line(text)))
+                entries.append(_Entry(label="tool result", text=_first_line(text)))
         elif role == "user" and text.startswith(SUMMARY_PREFIX):
             # An earlier summary: its lines carry over, so compacting twice loses nothing.
             entries.extend(
-                _Entry("", line[2:]) for line in text.splitlines()[1:] if line.startswith("- ")
+                _Entry(label="", text=line[2:])
+                for line in text.splitlines()[1:]
+                if line.startswith("- ")
             )
         else:
             if text.strip():
-                entries.append(_Entry(role, text))
+                entries.append(_Entry(label=role, text=text))
             for index, call in enumerate(_calls(message)):
                 waiting[_call_id(call, index)] = len(entries)
-                entries.append(_Entry(_call_name(call), "", _arguments_text(call)))
+                entries.append(
+                    _Entry(label=_call_name(call), text="", arguments=_arguments_text(call))
+                )
     return entries
 
 

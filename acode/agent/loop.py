@@ -38,10 +38,10 @@ from acode.agent.tools import (
     relative_path,
 )
 from acode.domain.states import SessionState
+from acode.engine.session import Session
 from acode.errors import StepFailedError
-from acode.runtime.model_client import build_chat_payload, request_hash
-from acode.runtime.process import CommandResult
-from acode.runtime.session import Session
+from acode.system.model_client import build_chat_payload, request_hash
+from acode.system.process import CommandResult
 
 __all__ = ["PlanShown", "run_agent"]
 

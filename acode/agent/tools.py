@@ -148,22 +148,26 @@ def parse_tool_calls(raw: Sequence[Mapping[str, Any]]) -> tuple[ToolCall | BadTo
 
 def _parse_one(index: int, item: object) -> ToolCall | BadToolCall:
     if not isinstance(item, Mapping):
-        return BadToolCall(f"call_{index}", "", f"tool call {index} is not an object")
+        return BadToolCall(id=f"call_{index}", name="", error=f"tool call {index} is not an object")
     raw_id = item.get("id")
     call_id = raw_id if isinstance(raw_id, str) and raw_id else f"call_{index}"
     function = item.get("function")
     if not isinstance(function, Mapping):
-        return BadToolCall(call_id, "", f"tool call has no function; {_the_tools()}")
+        return BadToolCall(id=call_id, name="", error=f"tool call has no function; {_the_tools()}")
     raw_name = function.get("name")
     name = raw_name if isinstance(raw_name, str) else ""
     if not name:
-        return BadToolCall(call_id, "", f"the tool call names no tool; {_the_tools()}")
+        return BadToolCall(
+            id=call_id, name="", error=f"the tool call names no tool; {_the_tools()}"
+        )
     if name not in _TASK_TOOL_SPECS:
-        return BadToolCall(call_id, name, f"unknown tool {_quoted(name)}; {_the_tools()}")
+        return BadToolCall(
+            id=call_id, name=name, error=f"unknown tool {_quoted(name)}; {_the_tools()}"
+        )
     arguments, error = _arguments(name, function.get("arguments"))
     if error is not None:
-        return BadToolCall(call_id, name, error)
-    return ToolCall(call_id, name, arguments)
+        return BadToolCall(id=call_id, name=name, error=error)
+    return ToolCall(id=call_id, name=name, arguments=arguments)
 
 
 def _arguments(name: str, raw: object) -> tuple[dict[str, str], str | None]:

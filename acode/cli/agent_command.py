@@ -12,13 +12,13 @@ from acode.cli.driver import drive, never_asks, terminal_approver
 from acode.cli.progress import choose_observer, quiet_screen
 from acode.domain.config import AcodeConfig, override
 from acode.domain.states import SessionState
+from acode.engine.observer import Observer
 from acode.errors import ConfigError, EnvironmentValidationError
-from acode.runtime.observer import Observer
 
 if TYPE_CHECKING:
     from acode.agent.plan_schema import AgentPlan
+    from acode.engine.session import Session
     from acode.resume.modes import StartMode
-    from acode.runtime.session import Session
 
 __all__ = ["AGENT_FLAGS", "AgentRequest", "agent_body", "run_agent_command", "task_title"]
 
@@ -53,10 +53,10 @@ def task_title(task: str) -> str:
 
 
 def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
+    from acode.engine.interrupts import Interrupts
+    from acode.engine.lifecycle import start_session
     from acode.resume.environment import check_model
     from acode.resume.modes import Mode
-    from acode.runtime.interrupts import Interrupts
-    from acode.runtime.lifecycle import start_session
 
     for dotted, value in req.overrides.items():
         section, _, key = dotted.partition(".")

@@ -138,9 +138,11 @@ def run(
     plan_file = _plan_file(target)
     if plan_file is None:
         from acode.cli.agent_command import AgentRequest, run_agent_command
-        from acode.runtime.lifecycle import open_workspace
+        from acode.engine.lifecycle import open_workspace
 
-        request = AgentRequest(ws, target, overrides, as_json, started)
+        request = AgentRequest(
+            workspace=ws, task=target, overrides=overrides, as_json=as_json, mode=started
+        )
         raise typer.Exit(run_agent_command(request, open_workspace(ws).config))
     if overrides:
         from acode.cli.agent_command import AGENT_FLAGS
@@ -150,7 +152,7 @@ def run(
             hint="set the model of a plan's model steps in .agent/config.yml",
         )
     from acode.cli.driver import start_plan
-    from acode.runtime.plan_loader import load_plan
+    from acode.engine.plan_loader import load_plan
 
     plan = load_plan(plan_file)
     raise typer.Exit(start_plan(plan, ws, as_json=as_json, mode=started, plan_file=plan_file))

@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from acode.cli.console import err_console, keyboard, printable
-from acode.runtime.approval_view import GatedView
+from acode.engine.approval_view import GatedView
 from acode.security.child_env import child_environment
 from acode.security.redaction import redact
 

@@ -16,7 +16,7 @@ import typer
 from acode.cli.approval_prompt import ask_approval, show_gated
 from acode.cli.console import emit_json, err_console, out_console
 from acode.errors import EXIT_INTERRUPTED
-from acode.runtime.decide import Decision, PendingApproval, decide_approval, pending_approval
+from acode.operations.decide import Decision, PendingApproval, decide_approval, pending_approval
 from acode.security.redaction import redact, redact_json
 
 __all__ = ["approve_command"]

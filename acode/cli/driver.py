@@ -13,6 +13,9 @@ from acode.cli.console import count, emit_json, err_console, out_console
 from acode.cli.progress import RichObserver, quiet_screen
 from acode.domain.plan import Plan
 from acode.domain.states import SessionState
+from acode.engine.observer import ApprovalRequest, Approver, Observer
+from acode.engine.plan_runner import run_plan
+from acode.engine.session import Session
 from acode.errors import (
     EXIT_APPROVAL_PENDING,
     EXIT_INTERRUPTED,
@@ -23,9 +26,6 @@ from acode.errors import (
     StepFailedError,
     StorageError,
 )
-from acode.runtime.observer import ApprovalRequest, Approver, Observer
-from acode.runtime.plan_runner import run_plan
-from acode.runtime.session import Session
 from acode.security.redaction import redact
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def terminal_approver(observer: Observer, workspace: Path) -> Approver:
         if not sys.stdin.isatty():
             return None
         from acode.cli.approval_prompt import ask_approval, show_gated
-        from acode.runtime.approval_view import changed_since_shown, view_of
+        from acode.engine.approval_view import changed_since_shown, view_of
 
         view = view_of(request.subject)
         with quiet_screen(observer):
@@ -81,9 +81,9 @@ def start_plan(
 ) -> int:
     """`acode run PLAN`: a new session of ``plan`` (read from ``plan_file``), run to its
     end or to a stop."""
+    from acode.engine.interrupts import Interrupts
+    from acode.engine.lifecycle import start_session
     from acode.resume.modes import Mode
-    from acode.runtime.interrupts import Interrupts
-    from acode.runtime.lifecycle import start_session
 
     total = len(plan.steps())
     from acode.cli.progress import choose_observer

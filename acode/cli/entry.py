@@ -93,7 +93,7 @@ def interrupted() -> int:
 
 
 def workspace_dir(option: Path | None) -> Path:
-    from acode.runtime.workspace import find_workspace
+    from acode.system.workspace import find_workspace
 
     if option is None:
         return find_workspace(Path.cwd())
@@ -134,7 +134,10 @@ def _listing(args: list[str]) -> _Listing | None:
     if read is None or read.arguments:
         return None
     return _Listing(
-        read.workspace, "--resumable" in read.flags, "--all" in read.flags, "--json" in read.flags
+        workspace=read.workspace,
+        resumable="--resumable" in read.flags,
+        show_all="--all" in read.flags,
+        as_json="--json" in read.flags,
     )
 
 
@@ -148,7 +151,12 @@ def _dry_run(args: list[str]) -> _DryRun | None:
     if read is None or "--dry-run" not in read.flags or len(read.arguments) > 1:
         return None
     session_id = read.arguments[0] if read.arguments else None
-    return _DryRun(read.workspace, session_id, "--json" in read.flags, "--verify" in read.flags)
+    return _DryRun(
+        workspace=read.workspace,
+        session_id=session_id,
+        as_json="--json" in read.flags,
+        verify="--verify" in read.flags,
+    )
 
 
 def _options(words: list[str], flags: tuple[str, ...]) -> _Options | None:
@@ -179,7 +187,9 @@ def _options(words: list[str], flags: tuple[str, ...]) -> _Options | None:
             return None  # a missing or odd directory: the parser says what it makes of it
         workspace = value
     return _Options(
-        frozenset(found), Path(workspace) if workspace is not None else None, tuple(arguments)
+        flags=frozenset(found),
+        workspace=Path(workspace) if workspace is not None else None,
+        arguments=tuple(arguments),
     )
 
 

@@ -14,13 +14,13 @@ from acode.cli.views import (
     session_json,
 )
 from acode.errors import NothingToResumeError, SessionNotFoundError, UsageError
-from acode.runtime.inspection import read_store
+from acode.operations.inspection import read_store
 
 # What a command needs beyond reading the store loads in that command: `session list`,
 # the one a script runs most, must not pay for the others (the remote, the journal).
 if TYPE_CHECKING:
     from acode.domain.position import Position
-    from acode.runtime.inspection import SessionDetail
+    from acode.operations.inspection import SessionDetail
     from acode.store.base import EventStore
 
 __all__ = [
@@ -37,8 +37,8 @@ __all__ = [
 
 def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
     from acode.cli.sync_command import configured_remote
-    from acode.runtime.inspection import session_detail
-    from acode.runtime.sync_link import sync_status
+    from acode.engine.sync_link import sync_status
+    from acode.operations.inspection import session_detail
 
     remote = configured_remote(workspace)
     with read_store(workspace) as store:
@@ -87,7 +87,7 @@ def session_list(
     if not show_all:
         rows = [r for r in rows if not r.archived]
     if resumable:
-        from acode.runtime.catalog import is_resumable_row
+        from acode.engine.catalog import is_resumable_row
 
         rows = [r for r in rows if is_resumable_row(r)]
     print_session_list(rows, as_json)
@@ -95,8 +95,8 @@ def session_list(
 
 def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
     from acode.cli.sync_command import configured_remote
-    from acode.runtime.inspection import session_detail
-    from acode.runtime.sync_link import sync_status
+    from acode.engine.sync_link import sync_status
+    from acode.operations.inspection import session_detail
 
     remote = configured_remote(workspace)
     with read_store(workspace) as store:
@@ -130,7 +130,7 @@ def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
 
 
 def session_history(workspace: Path, session_id: str | None, as_json: bool) -> None:
-    from acode.runtime.inspection import session_events
+    from acode.operations.inspection import session_events
 
     with read_store(workspace) as store:
         if store is None:
@@ -142,7 +142,7 @@ def session_history(workspace: Path, session_id: str | None, as_json: bool) -> N
 
 
 def session_unlock(workspace: Path, session_id: str, force: bool) -> None:
-    from acode.runtime.maintenance import unlock_session
+    from acode.operations.maintenance import unlock_session
 
     owner = unlock_session(workspace, session_id, force=force)
     message = f"Removed the lock of {owner.describe()}." if owner else "The session was not locked."
@@ -150,7 +150,7 @@ def session_unlock(workspace: Path, session_id: str, force: bool) -> None:
 
 
 def session_discard(workspace: Path, session_id: str, as_json: bool) -> None:
-    from acode.runtime.maintenance import discard_session
+    from acode.operations.maintenance import discard_session
 
     row = discard_session(workspace, session_id)
     if as_json:
@@ -164,7 +164,7 @@ def session_discard(workspace: Path, session_id: str, as_json: bool) -> None:
 
 
 def session_checkpoint(workspace: Path, session_id: str, label: str, as_json: bool) -> None:
-    from acode.runtime.marks import mark_checkpoint
+    from acode.operations.maintenance import mark_checkpoint
 
     marked = mark_checkpoint(workspace, session_id, label)
     mark, short = marked.mark, marked.row.short_id
@@ -193,8 +193,8 @@ def session_checkpoint(workspace: Path, session_id: str, label: str, as_json: bo
 def session_export(
     workspace: Path, session_id: str, fmt: str, output: Path | None, *, force: bool
 ) -> None:
-    from acode.runtime.catalog import find_session
-    from acode.runtime.export import check_export_target, export_session, write_export
+    from acode.engine.catalog import find_session
+    from acode.operations.export import check_export_target, export_session, write_export
 
     if fmt not in ("md", "json"):
         raise UsageError(f"--format {fmt!r} is not one of md, json")

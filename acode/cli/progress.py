@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from acode.cli.console import emit_json, err_console, out_console
 from acode.cli.sync_views import notice_json, notice_text
-from acode.runtime.observer import Observer, StepNotice, StepPhase
+from acode.engine.observer import Observer, StepNotice, StepPhase
 from acode.security.redaction import redact
 
 if TYPE_CHECKING:

@@ -9,12 +9,12 @@ from pathlib import Path
 from acode.cli.console import err_console, keyboard, out_console
 from acode.cli.progress import quiet_screen
 from acode.cli.views import changed_file_lines
+from acode.engine.observer import Observer
+from acode.engine.session import StrategyPrompt
+from acode.engine.steps.base import InProgressStrategy
+from acode.operations.inspection import read_store
 from acode.resume.environment import diff_against_record, recorded_content
 from acode.resume.service import ResumePreview
-from acode.runtime.inspection import read_store
-from acode.runtime.observer import Observer
-from acode.runtime.session import StrategyPrompt
-from acode.runtime.steps.base import InProgressStrategy
 from acode.security.redaction import redact
 
 __all__ = ["changed_files_prompt", "strategy_prompt"]

@@ -19,6 +19,7 @@ from acode.cli.resume_menu import (
 )
 from acode.cli.views import environment_lines, print_preview
 from acode.domain.age import ago_text
+from acode.engine.catalog import find_session
 from acode.errors import (
     AcodeError,
     CheckpointError,
@@ -27,6 +28,7 @@ from acode.errors import (
     TooOldForAutopilotError,
     UsageError,
 )
+from acode.operations.inspection import read_store
 from acode.resume.modes import (
     AutopilotVerdict,
     Candidate,
@@ -44,12 +46,10 @@ from acode.resume.service import (
     preview_resume,
     refuse_problems,
 )
-from acode.runtime.catalog import find_session
-from acode.runtime.inspection import read_store
-from acode.runtime.workspace import StatePaths
+from acode.system.workspace import StatePaths
 
 if TYPE_CHECKING:
-    from acode.runtime.steps.base import InProgressStrategy
+    from acode.engine.steps.base import InProgressStrategy
     from acode.store.base import EventStore
     from acode.store.records import SessionRow
 
@@ -135,7 +135,7 @@ def _untrusted(
 
 
 def _resume_chosen(req: ResumeRequest, session_id: str, *, on_terminal: bool, can_ask: bool) -> int:
-    from acode.runtime.locks import is_locked
+    from acode.system.locks import is_locked
 
     row = _row(req.workspace, session_id)
     if row is not None and is_locked(StatePaths(req.workspace).locks, row.id):
@@ -270,18 +270,26 @@ def _restart(req: ResumeRequest, preview: ResumePreview) -> int:
     from acode.resume.modes import StartMode
 
     recorded = preview.start_mode
-    mode = StartMode(Mode(recorded), True) if recorded else StartMode(Mode.INTERACTIVE, False)
+    mode = (
+        StartMode(mode=Mode(recorded), chosen=True)
+        if recorded
+        else StartMode(mode=Mode.INTERACTIVE, chosen=False)
+    )
     inspect.session_discard(req.workspace, preview.row.id, False)
     if preview.plan is not None:
         from acode.cli.driver import start_plan
 
         return start_plan(preview.plan, req.workspace, as_json=req.as_json, mode=mode)
     from acode.cli.agent_command import AgentRequest, run_agent_command
-    from acode.runtime.lifecycle import open_workspace
+    from acode.engine.lifecycle import open_workspace
 
     assert preview.agent is not None
     request = AgentRequest(
-        req.workspace, preview.agent.task, preview.agent.overrides, req.as_json, mode
+        workspace=req.workspace,
+        task=preview.agent.task,
+        overrides=preview.agent.overrides,
+        as_json=req.as_json,
+        mode=mode,
     )
     return run_agent_command(request, open_workspace(req.workspace).config)
 
@@ -294,8 +302,8 @@ def _resume(
     from acode.cli.driver import drive, drive_plan, never_asks, terminal_approver
     from acode.cli.progress import choose_observer
     from acode.cli.prompts import changed_files_prompt, strategy_prompt
+    from acode.engine.interrupts import Interrupts
     from acode.resume.service import resume_session
-    from acode.runtime.interrupts import Interrupts
 
     shown: list[ResumePreview] = []
 

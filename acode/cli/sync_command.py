@@ -12,12 +12,12 @@ from pathlib import Path
 from acode.cli.console import count, err_console
 from acode.cli.sync_views import print_remote_sessions, print_sync_report
 from acode.domain.states import SessionState, is_resumable
+from acode.engine.config import load_config
+from acode.engine.sync_link import log_sync_notice
 from acode.errors import UsageError
-from acode.runtime.config import load_config
-from acode.runtime.inspection import read_store
-from acode.runtime.sync_link import log_sync_notice
-from acode.runtime.workspace import StatePaths
+from acode.operations.inspection import read_store
 from acode.security.redaction import redact
+from acode.system.workspace import StatePaths
 
 __all__ = ["configured_remote", "list_remote", "run_sync"]
 

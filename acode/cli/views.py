@@ -383,7 +383,7 @@ def environment_verdict(env: EnvironmentReport | None, *, dry_run: bool) -> str:
 def _rollback_lines(rollback: RollbackPreview) -> list[str]:
     """What the rollback of the interrupted step will revert, delete and keep, and where
     what it reverts is kept: never done without a word."""
-    from acode.runtime.rollback import restore_hint
+    from acode.engine.rollback import restore_hint
 
     lines = [
         f"  ↺ Rolling back step {rollback.step} restores the work tree it started from "

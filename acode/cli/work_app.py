@@ -14,7 +14,7 @@ from acode.cli.options import JsonOption, WorkspaceOption
 
 if TYPE_CHECKING:
     from acode.domain.work import Task, WorkSession
-    from acode.runtime.lifecycle import Workspace
+    from acode.engine.lifecycle import Workspace
     from acode.work.engine_output import EngineTurn
     from acode.work.sessions import Started, TurnRunner
 
@@ -48,7 +48,7 @@ Engine = Annotated[
 def _ws(option: Path | None) -> Workspace:
     """The workspace, with whatever a killed command left half done finished first."""
     from acode.cli.entry import workspace_dir
-    from acode.runtime.lifecycle import open_workspace
+    from acode.engine.lifecycle import open_workspace
     from acode.work.sessions import repair
 
     ws = open_workspace(workspace_dir(option))
@@ -169,7 +169,7 @@ def settings_set(
 ) -> None:
     """Change a setting in .agent/config.yml (comments and other keys are kept)."""
     from acode.cli.entry import workspace_dir
-    from acode.runtime.config import set_setting
+    from acode.engine.config import set_setting
 
     config = set_setting(workspace_dir(workspace), key, value)
     current = getattr(config, key)
@@ -197,7 +197,7 @@ def settings_get(
     as_json: JsonOption = False,
 ) -> None:
     """Print the value of one setting."""
-    from acode.runtime.config import SETTABLE
+    from acode.engine.config import SETTABLE
 
     config = _ws(workspace).config
     if key not in SETTABLE:
@@ -217,7 +217,7 @@ def settings_get(
 @settings_app.command("list")
 def settings_list(workspace: WorkspaceOption = None, as_json: JsonOption = False) -> None:
     """Print every setting `acode settings` changes, with what it means."""
-    from acode.runtime.config import SETTABLE
+    from acode.engine.config import SETTABLE
 
     config = _ws(workspace).config
     values = {key: getattr(config, key) for key in SETTABLE}

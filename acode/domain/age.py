@@ -27,17 +27,19 @@ _HOUR, _DAY = 3600, 86400
 
 def judge_age(seconds: int) -> AgeJudgement:
     if seconds < _HOUR:
-        return AgeJudgement(Age.FRESH, seconds, None)
+        return AgeJudgement(age=Age.FRESH, seconds=seconds, advice=None)
     if seconds < _DAY:
-        return AgeJudgement(Age.RECENT, seconds, None)
+        return AgeJudgement(age=Age.RECENT, seconds=seconds, advice=None)
     if seconds < 7 * _DAY:
         return AgeJudgement(
-            Age.MODERATE, seconds, "the workspace may have moved on; check the environment report"
+            age=Age.MODERATE,
+            seconds=seconds,
+            advice="the workspace may have moved on; check the environment report",
         )
     return AgeJudgement(
-        Age.STALE,
-        seconds,
-        "interrupted over a week ago: consider starting over (`acode session discard ID`, "
+        age=Age.STALE,
+        seconds=seconds,
+        advice="interrupted over a week ago: consider starting over (`acode session discard ID`, "
         "then `acode run`)",
     )
 

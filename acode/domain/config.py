@@ -1,7 +1,7 @@
 """The settings of a workspace (``.agent/config.yml``) as values, and their validation.
 
 Pure: this module sees only the mapping YAML produced. Reading the file and applying
-environment overrides happen in ``acode.runtime.config``.
+environment overrides happen in ``acode.engine.config``.
 """
 
 from __future__ import annotations
@@ -168,14 +168,14 @@ def _number_between(low: float, high: float) -> _Rule:
         number = _as_number(value)
         return number if number is not None and low <= number <= high else _INVALID
 
-    return _Rule(f"a number between {low:g} and {high:g}", parse)
+    return _Rule(expected=f"a number between {low:g} and {high:g}", parse=parse)
 
 
 def _timeout() -> _Rule:
     def parse(value: object) -> object:
         return float(value) if is_timeout(value) else _INVALID
 
-    return _Rule(TIMEOUT_RULE, parse)
+    return _Rule(expected=TIMEOUT_RULE, parse=parse)
 
 
 def _positive_int() -> _Rule:
@@ -183,7 +183,7 @@ def _positive_int() -> _Rule:
         number = _as_int(value)
         return number if number is not None and number > 0 else _INVALID
 
-    return _Rule("a positive whole number", parse)
+    return _Rule(expected="a positive whole number", parse=parse)
 
 
 def _count() -> _Rule:
@@ -191,12 +191,13 @@ def _count() -> _Rule:
         number = _as_int(value)
         return number if number is not None and number >= 0 else _INVALID
 
-    return _Rule("a whole number, 0 or more", parse)
+    return _Rule(expected="a whole number, 0 or more", parse=parse)
 
 
 def _optional_int() -> _Rule:
     return _Rule(
-        "a whole number or null", lambda v: v if v is None or _as_int(v) is not None else _INVALID
+        expected="a whole number or null",
+        parse=lambda v: v if v is None or _as_int(v) is not None else _INVALID,
     )
 
 
@@ -207,13 +208,13 @@ def _is_text(value: object) -> bool:
 
 
 def _text() -> _Rule:
-    return _Rule("a non-empty string", lambda v: v if _is_text(v) else _INVALID)
+    return _Rule(expected="a non-empty string", parse=lambda v: v if _is_text(v) else _INVALID)
 
 
 def _optional_text() -> _Rule:
     return _Rule(
-        "a non-empty string or null",
-        lambda v: v if v is None or _is_text(v) else _INVALID,
+        expected="a non-empty string or null",
+        parse=lambda v: v if v is None or _is_text(v) else _INVALID,
     )
 
 
@@ -233,7 +234,7 @@ def _http_url() -> _Rule:
             return _INVALID
         return value
 
-    return _Rule("an http:// or https:// URL", parse)
+    return _Rule(expected="an http:// or https:// URL", parse=parse)
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -246,20 +247,22 @@ def _env_var_name() -> _Rule:
 
     # People paste the key itself here; never echo it back into an error message.
     return _Rule(
-        "the NAME of an environment variable holding the key (e.g. OPENAI_API_KEY), or null",
-        parse,
+        expected=(
+            "the NAME of an environment variable holding the key (e.g. OPENAI_API_KEY), or null"
+        ),
+        parse=parse,
         echo=False,
     )
 
 
 def _boolean() -> _Rule:
-    return _Rule("true or false", lambda v: v if isinstance(v, bool) else _INVALID)
+    return _Rule(expected="true or false", parse=lambda v: v if isinstance(v, bool) else _INVALID)
 
 
 def _one_of(*options: str) -> _Rule:
     return _Rule(
-        "one of " + ", ".join(repr(o) for o in options),
-        lambda v: v if isinstance(v, str) and v in options else _INVALID,
+        expected="one of " + ", ".join(repr(o) for o in options),
+        parse=lambda v: v if isinstance(v, str) and v in options else _INVALID,
     )
 
 
@@ -385,7 +388,9 @@ def _parse_pricing(data: object, problems: list[str]) -> dict[str, Price]:
         problems.append(f"pricing: expected a mapping of model names to prices, got {_show(data)}")
         return {}
     prices: dict[str, Price] = {}
-    rule = _Rule("a number of US dollars per million tokens, 0 or more", _non_negative)
+    rule = _Rule(
+        expected="a number of US dollars per million tokens, 0 or more", parse=_non_negative
+    )
     for model, where, entry in _entries("pricing", data, _PRICE_KEYS, problems):
         amounts = [_check(rule, entry.get(key), f"{where}.{key}", problems) for key in _PRICE_KEYS]
         if all(isinstance(a, float) for a in amounts):
@@ -421,7 +426,9 @@ def _parse_engines(data: object, problems: list[str]) -> dict[str, EngineConfig]
             problems,
         )
         if isinstance(command, str) and isinstance(timeout, float):
-            engines[str(name)] = EngineConfig(command, tuple(args), timeout)
+            engines[str(name)] = EngineConfig(
+                command=command, args=tuple(args), timeout_seconds=timeout
+            )
     return engines
 
 

@@ -1,11 +1,13 @@
-"""Frozen dataclasses made without their generated ``__init__``, on the path of every step.
+"""Frozen dataclasses made without their generated ``__init__``, on the path of every step
+and in decoding a recorded plan: the one place that does it.
 
 A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, which
 costs several times an ordinary assignment: the step path built some 45 fields that way,
 a sixth of its own work. Filling the instance's ``__dict__`` in one call keeps the value
 exactly as frozen, at a fraction of the cost.
 
-Only for frozen dataclasses without ``__slots__`` and without ``__post_init__``. Nothing
+Only for frozen dataclasses without ``__slots__``; a ``__post_init__`` does not run, so
+the caller sets what it would derive. Nothing
 checks the names given here (the constructor would): each use is pinned by a test that
 compares its value with the constructor's.
 """

@@ -40,7 +40,7 @@ def generate(session_id: str, step_id: str, attempt: int) -> str:
         raise ValueError(f"invalid session id {session_id!r}")
     if not STEP_ID_PATTERN.fullmatch(step_id):
         raise ValueError(f"invalid step id {step_id!r}")
-    return str(IdempotencyKey(session_id, step_id, attempt))
+    return str(IdempotencyKey(session_id=session_id, step_id=step_id, attempt=attempt))
 
 
 def key_prefix(session_id: str) -> str:
@@ -56,7 +56,9 @@ def parse(key: str) -> IdempotencyKey | None:
     match = _KEY.fullmatch(key)
     if match is None:
         return None
-    return IdempotencyKey(match["session"], match["step"], int(match["attempt"]))
+    return IdempotencyKey(
+        session_id=match["session"], step_id=match["step"], attempt=int(match["attempt"])
+    )
 
 
 def step_prefix(session_id: str, step_id: str) -> str:

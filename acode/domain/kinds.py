@@ -4,11 +4,11 @@ Apart from the plan (``acode.domain.plan``), which builds and validates whole pl
 that running a step or resuming a session does not load the plan's validation.
 
 ``STEP_KINDS`` says, for each kind, everything a new kind must have: the keys a plan's
-step of it takes, its action (the class in ``acode/runtime/steps/`` that runs it, named
+step of it takes, its action (the class in ``acode/engine/steps/`` that runs it, named
 by its import path: a kind's module loads on its first step), the ``Session`` method
 that runs it from the library, and the sections of docs/plans.md and docs/library.md
 that describe it. The plan's validation reads its keys from here;
-tests/runtime/test_step_kinds.py holds the actions, methods and docs to it.
+tests/engine/test_step_kinds.py holds the actions, methods and docs to it.
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ class KindSpec(NamedTuple):
     target: str
     # The keys a plan's step of this kind takes besides `id`, `title` and the kind key.
     keys: tuple[str, ...]
-    # The step action, "module:Class" under acode.runtime.steps.
+    # The step action, "module:Class" under acode.engine.steps.
     action: str
     # The Session method a library caller runs a step of this kind with.
     method: str
 
 
-_STEPS = "acode.runtime.steps"
+_STEPS = "acode.engine.steps"
 
 
 def _spec(kind: StepKind, target: str, keys: tuple[str, ...], action: str, method: str) -> KindSpec:

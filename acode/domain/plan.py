@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from acode.domain.frozen import build
 from acode.domain.kinds import StepKind
 
 __all__ = ["Plan", "StepSpec", "TaskSpec"]
@@ -134,10 +135,9 @@ _KIND_BY_NAME = {kind.value: kind for kind in StepKind}
 
 
 def _recorded_step(data: Mapping[str, Any], task_id: str) -> StepSpec:
-    # Fills the fields in directly instead of through the frozen dataclass's __init__ (a
-    # setattr call per field, then __post_init__): the values and the derived title are
-    # the ones __init__ would set (a test compares them), in a third of the time, which is
-    # most of planning the continuation of a long plan.
+    # Built without the frozen dataclass's __init__ (acode.domain.frozen says why; with
+    # __post_init__ it is most of planning the continuation of a long plan): the values
+    # and the derived title are the ones __init__ would set, which a test compares.
     for key in data:
         kind = _KIND_BY_NAME.get(key)
         if kind is not None:
@@ -147,24 +147,19 @@ def _recorded_step(data: Mapping[str, Any], task_id: str) -> StepSpec:
     target = data[key]
     get = data.get
     paths = get("paths")
-    spec = object.__new__(StepSpec)
-    object.__setattr__(
-        spec,
-        "__dict__",
-        {
-            "id": data["id"],
-            "kind": kind,
-            "task_id": task_id,
-            "target": target,
-            "title": get("title") or _default_title(kind, target),
-            "content": get("content"),
-            "old": get("old"),
-            "new": get("new"),
-            "idempotent": bool(get("idempotent", False)),
-            "timeout": get("timeout"),
-            "paths": tuple(paths) if paths else (),
-            "check": get("check"),
-            "line": None,
-        },
+    return build(
+        StepSpec,
+        id=data["id"],
+        kind=kind,
+        task_id=task_id,
+        target=target,
+        title=get("title") or _default_title(kind, target),
+        content=get("content"),
+        old=get("old"),
+        new=get("new"),
+        idempotent=bool(get("idempotent", False)),
+        timeout=get("timeout"),
+        paths=tuple(paths) if paths else (),
+        check=get("check"),
+        line=None,
     )
-    return spec

@@ -1,6 +1,6 @@
 """The checks of a plan file: plain data in, a Plan or every problem with its line out.
 
-Pure: no YAML and no I/O. The loader (``acode.runtime.plan_loader``) hands over the parsed
+Pure: no YAML and no I/O. The loader (``acode.engine.plan_loader``) hands over the parsed
 data and a ``line_of`` function that maps a node path such as ``("tasks", 1, "steps", 0,
 "write")`` to its line, so every problem is reported as ``<file>:<line>: <problem>``, and
 all the problems of a file are reported together, before anything runs. The values it
@@ -66,7 +66,7 @@ class PlanProblem:
 
 def build_step(data: Mapping[str, object], task_id: str) -> StepSpec:
     """Validate one step as ``StepSpec.to_dict()`` writes it and build it; raises PlanError."""
-    checker = _Checker("recorded step", _no_lines)
+    checker = _Checker(source="recorded step", line_of=_no_lines)
     step = _step(checker, data, (), "step", task_id)
     if step is None or checker.problems:
         raise plan_error(checker.source, checker.problems)
@@ -78,7 +78,7 @@ def build_plan(data: object, *, source: str, line_of: LineLookup | None = None) 
 
     Raises PlanError listing every problem as ``<source>:<line>: <problem>``.
     """
-    checker = _Checker(source, line_of or _no_lines)
+    checker = _Checker(source=source, line_of=line_of or _no_lines)
     plan = _plan(checker, data)
     if plan is None or checker.problems:
         raise plan_error(source, checker.problems)
@@ -120,7 +120,7 @@ class _Checker:
         return None
 
     def add(self, path: NodePath, message: str) -> None:
-        self.problems.append(PlanProblem(self.line(path), message))
+        self.problems.append(PlanProblem(line=self.line(path), message=message))
 
     def claim(self, what: str, ident: str, path: NodePath) -> None:
         """Record the use of a task or step id; a second use is a problem naming both lines."""

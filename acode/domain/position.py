@@ -54,6 +54,11 @@ def position_in(plan: Plan | None, step_id: str, task_id: str | None = None) -> 
             for s_number, step in enumerate(task.steps, start=1):
                 if step.id == step_id:
                     return Position(
-                        step_id, task.id, t_number, len(plan.tasks), s_number, len(task.steps)
+                        step_id=step_id,
+                        task_id=task.id,
+                        task_number=t_number,
+                        task_count=len(plan.tasks),
+                        step_number=s_number,
+                        step_count=len(task.steps),
                     )
-    return Position(step_id, task_id)
+    return Position(step_id=step_id, task_id=task_id)

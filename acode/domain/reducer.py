@@ -345,14 +345,14 @@ FIRST_ATTEMPT = 1
 def step_record(status: StepStatus, seq: int, p: dict[str, Any]) -> StepRecord:
     """The record a step event of ``status`` with payload ``p`` leaves (``fold_step``)."""
     return StepRecord(
-        int(p["position"]),
-        p["step"],
-        p.get("kind", DEFAULT_STEP_KIND),
-        status,
-        int(p.get("attempt", FIRST_ATTEMPT)),
-        p.get("task"),
-        p.get("input_hash"),
-        seq,
+        position=int(p["position"]),
+        step_id=p["step"],
+        kind=p.get("kind", DEFAULT_STEP_KIND),
+        status=status,
+        attempt=int(p.get("attempt", FIRST_ATTEMPT)),
+        task_id=p.get("task"),
+        input_hash=p.get("input_hash"),
+        event_seq=seq,
     )
 
 

@@ -28,10 +28,10 @@ class Usage:
         """Both sums together: a running total, added to as calls are recorded."""
         costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
         return Usage(
-            self.calls + other.calls,
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-            round(sum(costs), 8) if costs else None,
+            calls=self.calls + other.calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_usd=round(sum(costs), 8) if costs else None,
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -70,7 +70,12 @@ def total_usage(results: Iterable[Mapping[str, object]]) -> Usage:
         spent = result.get("cost_usd")
         if isinstance(spent, int | float) and not isinstance(spent, bool):
             cost = (cost or 0.0) + float(spent)
-    return Usage(calls, prompt, completion, None if cost is None else round(cost, 8))
+    return Usage(
+        calls=calls,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cost_usd=None if cost is None else round(cost, 8),
+    )
 
 
 def _count(value: object) -> int:

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 from acode.domain.ids import SHORT_ID_LENGTH
 from acode.domain.kinds import StepKind
 from acode.resume.environment import ChangedFile, Severity, Toucher
-from acode.runtime.files import covers
+from acode.system.files import covers
 
 if TYPE_CHECKING:
     from acode.domain.continuation import ContinuationPlan
     from acode.domain.plan import Plan, StepSpec
-    from acode.runtime.journal import Journal
+    from acode.engine.journal import Journal
     from acode.store.records import FileTouch
 
 __all__ = ["classify"]
@@ -103,7 +103,12 @@ def _places(plan: Plan | None) -> dict[str, str]:
 def _toucher(touch: FileTouch, places: dict[str, str], *, other: bool = False) -> Toucher:
     step = touch.step or "?"
     where = places.get(step) or (f"step {touch.position + 1}" if touch.position is not None else "")
-    return Toucher(step, touch.kind, where, touch.session_id[:SHORT_ID_LENGTH] if other else None)
+    return Toucher(
+        step=step,
+        kind=touch.kind,
+        where=where,
+        session=touch.session_id[:SHORT_ID_LENGTH] if other else None,
+    )
 
 
 def _remaining(plan: Plan | None, c: ContinuationPlan | None) -> list[StepSpec]:

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from acode.domain.config import AcodeConfig, config_to_dict
 from acode.domain.textdiff import unified_diff
 from acode.errors import AcodeError, ModelBusyError, StorageError, UsageError
-from acode.runtime.beneath import Beneath, most_held
 from acode.store.records import FileFields, FileRow
+from acode.system.beneath import Beneath, most_held
 
 if TYPE_CHECKING:
-    from acode.runtime.rollback import Kept
+    from acode.engine.rollback import Kept
     from acode.store.base import EventStore
 
 __all__ = [
@@ -112,7 +112,7 @@ class ChangedFile(NamedTuple):
 
 class RollbackPreview(NamedTuple):
     """What rolling the interrupted `run` step back to its ghost snapshot will do, as
-    things are now (acode.runtime.rollback)."""
+    things are now (acode.engine.rollback)."""
 
     step: str
     snapshot: str  # the ghost: the work tree before the step ran
@@ -127,7 +127,7 @@ class RollbackPreview(NamedTuple):
         return bool(self.revert or self.delete or self.kept)
 
     def to_dict(self) -> dict[str, Any]:
-        from acode.runtime.rollback import restore_hint
+        from acode.engine.rollback import restore_hint
 
         return {
             "step": self.step,
@@ -341,17 +341,23 @@ def _checked(tree: Beneath, row: FileRow) -> ChangedFile | None:
     except UsageError:
         # It leads outside the workspace now (a symlink put on its way): changed.
         kind = Change.CREATED if row.sha256 is None else Change.MODIFIED
-        return ChangedFile(row.path, kind, None, row.sha256)
+        return ChangedFile(path=row.path, change=kind, modified_ns=None, recorded_sha=row.sha256)
 
 
 def _change(tree: Beneath, row: FileRow) -> ChangedFile | None:
     stat = tree.stat(row.path)
     if stat is None:
         return (
-            None if row.sha256 is None else ChangedFile(row.path, Change.DELETED, None, row.sha256)
+            None
+            if row.sha256 is None
+            else ChangedFile(
+                path=row.path, change=Change.DELETED, modified_ns=None, recorded_sha=row.sha256
+            )
         )
     if row.sha256 is None:
-        return ChangedFile(row.path, Change.CREATED, stat.st_mtime_ns, None)
+        return ChangedFile(
+            path=row.path, change=Change.CREATED, modified_ns=stat.st_mtime_ns, recorded_sha=None
+        )
     if (
         stat.st_mtime_ns == row.mtime_ns
         and stat.st_ctime_ns == row.ctime_ns
@@ -364,7 +370,12 @@ def _change(tree: Beneath, row: FileRow) -> ChangedFile | None:
         # they were recorded (None) is hashed.
         return None
     if tree.sha256(row.path) != row.sha256:
-        return ChangedFile(row.path, Change.MODIFIED, stat.st_mtime_ns, row.sha256)
+        return ChangedFile(
+            path=row.path,
+            change=Change.MODIFIED,
+            modified_ns=stat.st_mtime_ns,
+            recorded_sha=row.sha256,
+        )
     return None
 
 
@@ -381,7 +392,14 @@ def since_pause(workspace: Path, kept: Kept) -> ChangedFile:
         with contextlib.suppress(AcodeError, OSError), Beneath(workspace) as tree:
             info = tree.stat(kept.path)
             modified = None if info is None else info.st_mtime_ns
-    return ChangedFile(kept.path, change, modified, None, since_pause=True, left_blob=kept.before)
+    return ChangedFile(
+        path=kept.path,
+        change=change,
+        modified_ns=modified,
+        recorded_sha=None,
+        since_pause=True,
+        left_blob=kept.before,
+    )
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -404,7 +422,7 @@ def config_changes(recorded: AcodeConfig, current: AcodeConfig) -> list[ConfigCh
     before = _flatten(config_to_dict(recorded))
     after = _flatten(config_to_dict(current))
     return [
-        ConfigChange(key, before.get(key), after.get(key))
+        ConfigChange(key=key, recorded=before.get(key), current=after.get(key))
         for key in sorted((before.keys() | after.keys()) - _NOT_THE_SESSIONS)
         if before.get(key) != after.get(key)
     ]
@@ -429,11 +447,11 @@ def check_model(config: AcodeConfig, *, until: float | None = None) -> ModelChec
     time is a problem like one that is gone: nothing is known of it."""
     import importlib
 
-    from acode.runtime.model_client import list_models
+    from acode.system.model_client import list_models
 
     # The HTTP client is loaded before the time left is measured: loading it takes a
     # share of the budget worth counting (docs/benchmarks.md, "Figures behind design choices").
-    importlib.import_module("acode.runtime.http_deadline")
+    importlib.import_module("acode.system.http_deadline")
     if until is None:
         wait = config.resume.validation_timeout_seconds
     else:  # what is left once the client is loaded, less what giving up takes
@@ -444,23 +462,25 @@ def check_model(config: AcodeConfig, *, until: float | None = None) -> ModelChec
         names = list_models(settings, timeout=wait)
     except ModelBusyError:
         return ModelCheck(
-            settings.base_url,
-            settings.name,
-            f"the model server at {settings.base_url} accepted the connection but did not "
+            base_url=settings.base_url,
+            name=settings.name,
+            problem=f"the model server at {settings.base_url} accepted the connection but did not "
             f"answer within {wait:.1f} s",
             busy=True,
         )
     except AcodeError as exc:
-        return ModelCheck(settings.base_url, settings.name, f"model server: {exc.message}")
+        return ModelCheck(
+            base_url=settings.base_url, name=settings.name, problem=f"model server: {exc.message}"
+        )
     if settings.name not in names:
         shown = ", ".join(names[:8]) or "none"
         return ModelCheck(
-            settings.base_url,
-            settings.name,
-            f"the model {settings.name!r} is not served at {settings.base_url} (it serves: "
+            base_url=settings.base_url,
+            name=settings.name,
+            problem=f"the model {settings.name!r} is not served at {settings.base_url} (it serves: "
             f"{shown}); for Ollama run `ollama pull {settings.name}`",
         )
-    return ModelCheck(settings.base_url, settings.name, None)
+    return ModelCheck(base_url=settings.base_url, name=settings.name, problem=None)
 
 
 def recorded_content(
@@ -471,7 +491,7 @@ def recorded_content(
     if change.since_pause:
         if change.left_blob is None:
             return b""
-        from acode.runtime.snapshot import read_blob
+        from acode.system.snapshot import read_blob
 
         try:
             return read_blob(workspace, change.left_blob)

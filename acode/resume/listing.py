@@ -16,9 +16,9 @@ from acode.domain.age import AgeJudgement, judge_age
 from acode.domain.events import EventType
 from acode.domain.position import Position, position_in
 from acode.domain.states import SessionState
+from acode.engine.catalog import PLAN_EVENT_SEQ, resumable_sessions
 from acode.errors import AcodeError, NothingToResumeError
-from acode.runtime.catalog import PLAN_EVENT_SEQ, resumable_sessions
-from acode.runtime.inspection import read_store
+from acode.operations.inspection import read_store
 from acode.store.base import EventStore
 from acode.store.records import SessionRow
 

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from acode.domain.age import AgeJudgement, ago_text, judge_age
-from acode.runtime.catalog import resumable_sessions
-from acode.runtime.log import log_event
-from acode.runtime.workspace import StatePaths
+from acode.engine.catalog import resumable_sessions
 from acode.store.base import EventStore
 from acode.store.records import SessionRow
+from acode.system.log import log_event
+from acode.system.workspace import StatePaths
 
 if TYPE_CHECKING:
     from acode.resume.environment import ChangedFile
@@ -61,7 +61,7 @@ class StartMode(NamedTuple):
 
 
 def start_mode(given: Mode | None, on_terminal: bool) -> StartMode:
-    return StartMode(given or default_mode(on_terminal), given is not None)
+    return StartMode(mode=given or default_mode(on_terminal), chosen=given is not None)
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Candidate:
 def candidates(store: EventStore, now_us: int) -> list[Candidate]:
     """The sessions `acode resume` can continue, most recent first, with their age."""
     return [
-        Candidate(row, judge_age(max(0, now_us - row.updated_at) // 1_000_000))
+        Candidate(row=row, age=judge_age(max(0, now_us - row.updated_at) // 1_000_000))
         for row in resumable_sessions(store)
         if row.kind in ("plan", "agent")  # the library's sessions resume in their program
     ]
@@ -148,7 +148,10 @@ def judge_for_autopilot(
         else:
             reasons.append("configuration unchanged")
     return AutopilotVerdict(
-        not too_old and not conflicts, too_old, tuple(conflicts), (*reasons, *conflicts)
+        safe=not too_old and not conflicts,
+        too_old=too_old,
+        conflicts=tuple(conflicts),
+        reasons=(*reasons, *conflicts),
     )
 
 

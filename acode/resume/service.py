@@ -22,6 +22,21 @@ from acode.domain.position import Position, position_in
 from acode.domain.reducer import SessionSummary, StepRecord, StepStatus
 from acode.domain.states import SessionState, is_terminal
 from acode.domain.timing import WorkTime
+from acode.engine.catalog import (
+    LEDGER_KINDS,
+    AgentRecord,
+    current_config,
+    find_session,
+    recorded_agent,
+    recorded_config,
+    recorded_mode,
+    recorded_plan,
+    resumable_sessions,
+)
+from acode.engine.journal import Journal, verify_history
+from acode.engine.lifecycle import Workspace, existing_workspace, session_config, take_lock
+from acode.engine.progress_file import progress_path, recorded_checkpoint
+from acode.engine.sync_link import open_sync_link, sync_status
 from acode.errors import (
     AcodeError,
     CheckpointError,
@@ -42,35 +57,20 @@ from acode.resume.environment import (
     config_changes,
     since_pause,
 )
-from acode.runtime.catalog import (
-    LEDGER_KINDS,
-    AgentRecord,
-    current_config,
-    find_session,
-    recorded_agent,
-    recorded_config,
-    recorded_mode,
-    recorded_plan,
-    resumable_sessions,
-)
-from acode.runtime.clock import Clock, SystemClock
-from acode.runtime.journal import Journal, verify_history
-from acode.runtime.lifecycle import Workspace, existing_workspace, session_config, take_lock
-from acode.runtime.log import log_event
-from acode.runtime.progress_file import progress_path, recorded_checkpoint
-from acode.runtime.sync_link import open_sync_link, sync_status
-from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.base import EventStore, open_store
 from acode.store.records import SessionRow
+from acode.system.clock import Clock, SystemClock
+from acode.system.log import log_event
+from acode.system.workspace import StatePaths
 
 if TYPE_CHECKING:
     from acode.domain.continuation import ContinuationPlan
     from acode.domain.plan import Plan
-    from acode.runtime.interrupts import Interrupts
-    from acode.runtime.observer import Approver, Observer
-    from acode.runtime.session import Session, StrategyPrompt
-    from acode.runtime.steps.base import InProgressStrategy
+    from acode.engine.interrupts import Interrupts
+    from acode.engine.observer import Approver, Observer
+    from acode.engine.session import Session, StrategyPrompt
+    from acode.engine.steps.base import InProgressStrategy
     from acode.sync.status import SyncStatus
 
 __all__ = [
@@ -325,13 +325,15 @@ def _preview(
         completed, took_us = journal.store.step_times(row)
         total = summary.total_steps
         remaining = None if total is None else total - summary.steps_completed
-        work_time = WorkTime(completed, took_us, remaining)
+        work_time = WorkTime(
+            completed_steps=completed, completed_us=took_us, remaining_steps=remaining
+        )
     return ResumePreview(
-        row,
-        summary,
-        journal.checkpoint_id,
-        plan,
-        continuation,
+        row=row,
+        summary=summary,
+        checkpoint_id=journal.checkpoint_id,
+        plan=plan,
+        continuation=continuation,
         sync=sync_status(journal.store, row, config.sync.remote),
         agent=recorded_agent(history, row),
         start_mode=recorded_mode(history, row),
@@ -440,8 +442,8 @@ def _in_progress(
         paths.update(started.get("snapshot") or {})
         ghost = started.get("ghost")
         if isinstance(ghost, str):
-            from acode.runtime.rollback import AsLeft, plan_rollback, with_as_left
-            from acode.runtime.snapshot import BACKUP_SUFFIX, snapshot_ref
+            from acode.engine.rollback import AsLeft, plan_rollback, with_as_left
+            from acode.system.snapshot import BACKUP_SUFFIX, snapshot_ref
 
             as_left = AsLeft.of(with_as_left(journal.history, step, started))
             plan = plan_rollback(workspace, ghost, as_left=as_left, fresh_after_ns=fresh_after())
@@ -452,9 +454,15 @@ def _in_progress(
                 kept = tuple((k.path, k.reason.value) for k in plan.kept)
                 left = None if as_left is None else as_left.snapshot
                 rollback = RollbackPreview(
-                    step.step_id, ghost, left, plan.revert, plan.delete, kept, backup
+                    step=step.step_id,
+                    snapshot=ghost,
+                    as_left=left,
+                    revert=plan.revert,
+                    delete=plan.delete,
+                    kept=kept,
+                    backup_ref=backup,
                 )
-    return _InProgress(frozenset(paths), tuple(changes), rollback)
+    return _InProgress(paths=frozenset(paths), changes=tuple(changes), rollback=rollback)
 
 
 def _environment(
@@ -522,10 +530,14 @@ def _environment(
 def _held_by_us(ws: Workspace, session_id: str) -> bool:
     """Whether this process held the session's lock last (a program resuming a session
     it ran itself). Read before the lock is taken, which records this process."""
-    from acode.runtime.locks import read_owner
+    from acode.system.locks import read_owner
 
     owner = read_owner(ws.paths.locks, session_id)
     return owner is not None and owner.pid == os.getpid()
+
+
+def _run_step_interrupted(journal: Journal) -> bool:
+    return any(step.kind == StepKind.RUN for step in journal.unfinished_steps())
 
 
 def _fresh_after(journal: Journal, held_by_us: bool, fallback_ns: int) -> int:
@@ -535,7 +547,7 @@ def _fresh_after(journal: Journal, held_by_us: bool, fallback_ns: int) -> int:
     the step's doing. Otherwise (a program resuming a session it ran itself, a worker
     running long before it took the session over) ``fallback_ns``: when this resume took
     the lock, which the interrupted run had let go of."""
-    from acode.runtime.process_table import process_start_ns
+    from acode.system.process_table import process_start_ns
 
     start, summary = process_start_ns(), journal.summary
     if start is None or held_by_us or summary is None or summary.seq == 0:
@@ -761,8 +773,8 @@ def _resume(
     mode: str | None,
 ) -> Session:
     # Loaded here, not with this module: a preview (--dry-run) runs no step.
-    from acode.runtime.orphans import reap_orphans
-    from acode.runtime.session import Session
+    from acode.engine.session import Session
+    from acode.system.orphans import reap_orphans
 
     signer = load_signer()
     with ExitStack() as cleanup:
@@ -784,7 +796,11 @@ def _resume(
         ws.paths.clear_temp(row.id)
         journal = Journal.load(store, row, clock, signer)
         row = journal.row  # chained again under the key, if it was recorded before
-        fresh_after = _fresh_after(journal, held_by_us, locked)
+        # Only the rollback of an interrupted run step asks it, and the start of this
+        # process is asked of psutil, which a resume of other steps does without.
+        fresh_after = (
+            _fresh_after(journal, held_by_us, locked) if _run_step_interrupted(journal) else locked
+        )
         if orphans:  # the start of this process came before they were gone
             fresh_after = max(fresh_after, locked)
         _refuse(journal)

@@ -186,14 +186,14 @@ def _sub(pattern: str, replace: Callable[[re.Match[str]], str]) -> Callable[[str
 
 
 _RULES: tuple[_Rule, ...] = (
-    _Rule(_private_key_clue, _private_keys),
+    _Rule(clue=_private_key_clue, apply=_private_keys),
     _Rule(
-        _token_clue,
-        _sub("|".join(rf"(?:{_START}(?:{s}){rest})" for s, rest in _TOKEN_SHAPES), _whole),
+        clue=_token_clue,
+        apply=_sub("|".join(rf"(?:{_START}(?:{s}){rest})" for s, rest in _TOKEN_SHAPES), _whole),
     ),
     _Rule(
-        _header_clue,
-        _sub(
+        clue=_header_clue,
+        apply=_sub(
             # "Authorization: Basic dXNlcjpw", "Bearer abc", "authorization=Token abc".
             rf"(?i)(?:{_START}authorization\\*[\"']?\s*[:=]\s*\\*[\"']?(?:[a-z][a-z0-9-]*\s+)?"
             rf"|{_START}bearer\s+)(?P<s>[A-Za-z0-9._~+/=-]{{6,}})",
@@ -202,8 +202,10 @@ _RULES: tuple[_Rule, ...] = (
     ),
     # scheme://user:password@host; the password may hold "/" or ":" (a URL parser would
     # choke on them, but a person may write them), not "?" or "#" (a query's "@").
-    _Rule(_url_clue, _sub(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@?#]+)@", _value)),
-    _Rule(_pair_clue, _sub(rf"(?i){_NAME}{_ASSIGN}(?:{_QUOTED}|{_BARE})", _value)),
+    _Rule(
+        clue=_url_clue, apply=_sub(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<s>[^\s@?#]+)@", _value)
+    ),
+    _Rule(clue=_pair_clue, apply=_sub(rf"(?i){_NAME}{_ASSIGN}(?:{_QUOTED}|{_BARE})", _value)),
 )
 
 

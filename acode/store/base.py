@@ -112,7 +112,7 @@ class EventStore(Protocol):
         chain: int,
         key_id: str,
     ) -> bool:
-        """The history chained again (acode/runtime/rechain.py): False when another
+        """The history chained again (acode/engine/rechain.py): False when another
         process did it first."""
 
     # -- events ---------------------------------------------------------------------

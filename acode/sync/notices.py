@@ -66,4 +66,10 @@ def reconnected(
     if before.failures == 0:
         return None
     away = (now_us() - before.down_since) / 1e6 if before.down_since else None
-    return SyncNotice(NoticeKind.RECONNECTED, session_id, remote, pushed=pushed, away_seconds=away)
+    return SyncNotice(
+        kind=NoticeKind.RECONNECTED,
+        session_id=session_id,
+        remote=remote,
+        pushed=pushed,
+        away_seconds=away,
+    )

@@ -50,7 +50,9 @@ def next_batch(
         return None
     last = events[-1].seq
     checkpoints = [cp for cp in store.checkpoints(session) if synced < cp.seq <= last]
-    return Batch(session, events, sorted(checkpoints, key=lambda cp: cp.id))
+    return Batch(
+        session=session, events=events, checkpoints=sorted(checkpoints, key=lambda cp: cp.id)
+    )
 
 
 def push_session(
@@ -87,4 +89,4 @@ def push_session(
             pushed += len(batch.events)
         store.mark_synced(session.sid, remote.remote_id, seq, now_us())
         if final:
-            return PushResult(pushed, holder)
+            return PushResult(pushed=pushed, holder=holder)

@@ -318,7 +318,7 @@ class Remote:
         if row is None:  # it lapsed between the two statements: ours next time
             return None
         host, pid, since, expires = row
-        return LeaseHolder(str(host), int(pid), since, expires)
+        return LeaseHolder(host=str(host), pid=int(pid), since=since, expires=expires)
 
     def newest_seq(self, session_id: str) -> int:
         """The newest event of the session the remote holds (0: none)."""
@@ -346,11 +346,22 @@ class Remote:
             exp,
             live,
         ) in rows:
-            holder = LeaseHolder(str(l_host), int(pid), since, exp) if live else None
+            holder = (
+                LeaseHolder(host=str(l_host), pid=int(pid), since=since, expires=exp)
+                if live
+                else None
+            )
             found.append(
                 RemoteSession(
-                    str(sid), str(title), str(state), str(ws), str(host),
-                    _us(created), _us(updated), int(last), holder,
+                    id=str(sid),
+                    title=str(title),
+                    state=str(state),
+                    workspace=str(ws),
+                    host=str(host),
+                    created_at=_us(created),
+                    updated_at=_us(updated),
+                    last_seq=int(last),
+                    holder=holder,
                 )
-            )  # fmt: skip
+            )
         return found

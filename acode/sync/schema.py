@@ -40,7 +40,11 @@ def remote_migrations() -> list[RemoteMigration]:
     for entry in resources.files("acode.sync").joinpath("sql").iterdir():
         match = _NAME.fullmatch(entry.name)
         if match:
-            found.append(RemoteMigration(int(match["number"]), match["name"], entry.read_text()))
+            found.append(
+                RemoteMigration(
+                    number=int(match["number"]), name=match["name"], sql=entry.read_text()
+                )
+            )
     return sorted(found, key=lambda m: m.number)
 
 

@@ -135,12 +135,18 @@ def _push_all(
         except RemoteUnavailable as exc:
             for rest in waiting[index:]:
                 _record(store, rest.session_id, exc.reason, backoff)
-                pushes.append(SessionPush(rest.session_id, 0, rest.pending_for(remote.remote_id)))
+                pushes.append(
+                    SessionPush(
+                        session_id=rest.session_id,
+                        pushed=0,
+                        pending=rest.pending_for(remote.remote_id),
+                    )
+                )
             return pushes, exc.reason
         notice = reconnected(before, item.session_id, remote.name, result.pushed)
         if notice is not None and report is not None:
             report(notice)
-        pushes.append(SessionPush(item.session_id, result.pushed, 0))
+        pushes.append(SessionPush(session_id=item.session_id, pushed=result.pushed, pending=0))
     return pushes, None
 
 
@@ -154,7 +160,9 @@ def _attempt(
         waiting = [b for b in store.sync_backlog() if b.pending_for()]
         for item in waiting:
             _record(store, item.session_id, reason, backoff)
-        return [SessionPush(b.session_id, 0, b.pending_for()) for b in waiting], reason
+        return [
+            SessionPush(session_id=b.session_id, pushed=0, pending=b.pending_for()) for b in waiting
+        ], reason
     try:
         return _push_all(store, remote, backoff, report)
     finally:
@@ -190,15 +198,21 @@ def sync_workspace(
         try:
             waiting = [b for b in store.sync_backlog() if b.pending_for()]
             latest.value = SyncReport(
-                name,
-                tuple(SessionPush(b.session_id, 0, b.pending_for()) for b in waiting),
+                remote=name,
+                sessions=tuple(
+                    SessionPush(session_id=b.session_id, pushed=0, pending=b.pending_for())
+                    for b in waiting
+                ),
                 reason=f"the remote did not answer within {timeout:g} s",
             )
             while True:
                 pushes, reason = _attempt(store, dsn, policy, report)
                 current = latest.value
                 latest.value = SyncReport(
-                    name, _merge(current.sessions, pushes), reason, current.attempts + 1
+                    remote=name,
+                    sessions=_merge(current.sessions, pushes),
+                    reason=reason,
+                    attempts=current.attempts + 1,
                 )
                 left = deadline - time.monotonic()
                 if reason is None or not wait or left <= 0:
@@ -262,7 +276,10 @@ def remote_sessions(
             remote = connect_remote(dsn)
             try:
                 pushes, reason = _push_all(store, remote, Backoff(), None) if store else ([], None)
-                latest.value = (SyncReport(name, tuple(pushes), reason, 1), remote.sessions())
+                latest.value = (
+                    SyncReport(remote=name, sessions=tuple(pushes), reason=reason, attempts=1),
+                    remote.sessions(),
+                )
             finally:
                 remote.close()
         finally:

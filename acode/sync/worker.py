@@ -146,9 +146,9 @@ class SyncWorker:
             self._conflict_reported = True
             self._report(
                 SyncNotice(
-                    NoticeKind.LEASE_CONFLICT,
-                    self._session_id,
-                    self._name,
+                    kind=NoticeKind.LEASE_CONFLICT,
+                    session_id=self._session_id,
+                    remote=self._name,
                     holder=result.holder.describe(),
                 )
             )
@@ -168,6 +168,10 @@ class SyncWorker:
             self._degraded_reported = True
             self._report(
                 SyncNotice(
-                    NoticeKind.DEGRADED, self._session_id, self._name, reason, pending=pending
+                    kind=NoticeKind.DEGRADED,
+                    session_id=self._session_id,
+                    remote=self._name,
+                    reason=reason,
+                    pending=pending,
                 )
             )

@@ -128,10 +128,16 @@ def parse_codex(stdout: str, stderr: str, returncode: int, *, asked: str | None)
     )
     if asked is not None and "no rollout found" in stderr:
         reason = _last_line(stderr).removeprefix("Error: ")
-        return EngineTurn(None, False, True, shorten(reason), f"no rollout found for {asked}")
+        return EngineTurn(
+            session_id=None,
+            ok=False,
+            forgotten=True,
+            text=shorten(reason),
+            detail=f"no rollout found for {asked}",
+        )
     if asked is not None and thread_id is not None and thread_id.lower() != asked.lower():
         detail = f"codex started a new thread {_short_id(thread_id)} instead of resuming {asked}"
-        return EngineTurn(None, False, True, detail, detail)
+        return EngineTurn(session_id=None, ok=False, forgotten=True, text=detail, detail=detail)
     answers = [
         e["item"]["text"]
         for e in events
@@ -145,10 +151,20 @@ def parse_codex(stdout: str, stderr: str, returncode: int, *, asked: str | None)
     if returncode == 0 and completed and not failed and thread_id is not None:
         verb = "new thread" if asked is None else "resumed"
         text = answers[-1] if answers else ""
-        return EngineTurn(thread_id, True, False, shorten(text), f"{verb} {thread_id}")
+        return EngineTurn(
+            session_id=thread_id,
+            ok=True,
+            forgotten=False,
+            text=shorten(text),
+            detail=f"{verb} {thread_id}",
+        )
     error = _codex_error(events, stderr) or f"codex exited {returncode} without an answer"
     return EngineTurn(
-        None, False, False, shorten(error), f"codex failed (exit {returncode}): {_one_line(error)}"
+        session_id=None,
+        ok=False,
+        forgotten=False,
+        text=shorten(error),
+        detail=f"codex failed (exit {returncode}): {_one_line(error)}",
     )
 
 
@@ -178,15 +194,21 @@ def parse_claude(stdout: str, stderr: str, returncode: int, *, asked: str | None
     said = stderr + "\n" + stdout
     if asked is not None and any(marker in said for marker in _CLAUDE_FORGOTTEN):
         reason = _last_line(stderr) or _last_line(stdout)
-        return EngineTurn(None, False, True, shorten(reason), f"no conversation {asked} here")
+        return EngineTurn(
+            session_id=None,
+            ok=False,
+            forgotten=True,
+            text=shorten(reason),
+            detail=f"no conversation {asked} here",
+        )
     if result is None:
         error = _last_line(stderr) or _last_line(stdout) or f"claude exited {returncode}"
         return EngineTurn(
-            None,
-            False,
-            False,
-            shorten(error),
-            f"claude failed (exit {returncode}): {_one_line(error)}",
+            session_id=None,
+            ok=False,
+            forgotten=False,
+            text=shorten(error),
+            detail=f"claude failed (exit {returncode}): {_one_line(error)}",
         )
     text = result.get("result")
     text = text if isinstance(text, str) else ""
@@ -195,11 +217,11 @@ def parse_claude(stdout: str, stderr: str, returncode: int, *, asked: str | None
         # The id a failed call printed is never the session: it may hold no answer at all.
         error = text or _last_line(stderr) or f"claude exited {returncode}"
         return EngineTurn(
-            None,
-            False,
-            False,
-            shorten(error),
-            f"claude failed (exit {returncode}): {_one_line(error)}",
+            session_id=None,
+            ok=False,
+            forgotten=False,
+            text=shorten(error),
+            detail=f"claude failed (exit {returncode}): {_one_line(error)}",
         )
     if asked is None:
         detail = f"new session {session_id}"
@@ -207,7 +229,9 @@ def parse_claude(stdout: str, stderr: str, returncode: int, *, asked: str | None
         detail = f"resumed {session_id}"
     else:  # older versions carried the history over into a new id: that id is the session now
         detail = f"resumed {asked} as {session_id}"
-    return EngineTurn(session_id, True, False, shorten(text), detail)
+    return EngineTurn(
+        session_id=session_id, ok=True, forgotten=False, text=shorten(text), detail=detail
+    )
 
 
 # -- aider -----------------------------------------------------------------------------------
@@ -235,7 +259,11 @@ def parse_aider(stdout: str, stderr: str, returncode: int, *, asked: str | None)
     verb = "new chat" if asked is None else "restored chat"
     if returncode == 0 and answered:
         return EngineTurn(
-            None, True, False, shorten(_aider_answer(stdout, tokens[-1].start())), f"aider {verb}"
+            session_id=None,
+            ok=True,
+            forgotten=False,
+            text=shorten(_aider_answer(stdout, tokens[-1].start())),
+            detail=f"aider {verb}",
         )
     if errors:
         # litellm's messages wrap at 80 columns: take the error up to its blank line.
@@ -244,7 +272,11 @@ def parse_aider(stdout: str, stderr: str, returncode: int, *, asked: str | None)
     else:
         error = _last_line(stderr) or _last_line(stdout) or f"aider exited {returncode}"
     return EngineTurn(
-        None, False, False, shorten(error), f"aider failed (exit {returncode}): {_one_line(error)}"
+        session_id=None,
+        ok=False,
+        forgotten=False,
+        text=shorten(error),
+        detail=f"aider failed (exit {returncode}): {_one_line(error)}",
     )
 
 
@@ -257,12 +289,18 @@ def parse_command(
     """Read any command: its stdout is the answer; ``session_id`` is the one acode gave it,
     ``asked`` the one it was asked to resume (None for a new session)."""
     if returncode == 0:
-        return EngineTurn(session_id, True, False, shorten(stdout), "command exited 0")
+        return EngineTurn(
+            session_id=session_id,
+            ok=True,
+            forgotten=False,
+            text=shorten(stdout),
+            detail="command exited 0",
+        )
     error = stderr.strip() or stdout.strip() or f"exit {returncode}"
     return EngineTurn(
-        None,
-        False,
-        asked is not None,
-        shorten(error),
-        f"command failed (exit {returncode}): {_one_line(_last_line(error))}",
+        session_id=None,
+        ok=False,
+        forgotten=asked is not None,
+        text=shorten(error),
+        detail=f"command failed (exit {returncode}): {_one_line(_last_line(error))}",
     )

@@ -184,7 +184,7 @@ def resume_turn(
     spec = _ENGINES[engine]
     if spec.session_in_history and not _has_content(history_file):
         detail = f"{engine}: its chat history {history_file} is missing or empty"
-        return EngineTurn(None, False, True, detail, detail)
+        return EngineTurn(session_id=None, ok=False, forgotten=True, text=detail, detail=detail)
     argv = _fill(spec.resume, settings, prompt, session_id, history_file)
     return _turn(engine, settings, spec, argv, cwd, asked=session_id, extra_env=extra_env)
 
@@ -256,7 +256,13 @@ def _turn(
     env.update(spec.env_forced)
     outcome = _run(argv, cwd, env, settings.timeout_seconds)
     if isinstance(outcome, str):
-        return EngineTurn(None, False, False, f"{engine}: {outcome}", f"{engine} {outcome}")
+        return EngineTurn(
+            session_id=None,
+            ok=False,
+            forgotten=False,
+            text=f"{engine}: {outcome}",
+            detail=f"{engine} {outcome}",
+        )
     stdout, stderr, returncode = outcome
     return spec.parse(stdout, stderr, returncode, asked)
 
@@ -283,7 +289,13 @@ def _command_turn(
     argv[0] = _executable("command", argv[0], "a program on PATH, or a path to one")
     outcome = _run([*argv, *settings.args], cwd, _environment(extra_env), settings.timeout_seconds)
     if isinstance(outcome, str):
-        return EngineTurn(None, False, False, f"command: {outcome}", f"command {outcome}")
+        return EngineTurn(
+            session_id=None,
+            ok=False,
+            forgotten=False,
+            text=f"command: {outcome}",
+            detail=f"command {outcome}",
+        )
     stdout, stderr, returncode = outcome
     # A timeout or a program that cannot start (above) is no forgotten session: a new one
     # would fail the same way.
@@ -359,7 +371,7 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     engine's tool runner or language server in a session of its own)."""
     import subprocess
 
-    from acode.runtime.process_table import kill_tree
+    from acode.system.process_table import kill_tree
 
     kill_tree(proc.pid)
     # A process that is no longer its descendant (a daemon, adopted by init) may still

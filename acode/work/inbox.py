@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from acode.domain.work import Breadcrumb
+from acode.engine.lifecycle import Workspace
 from acode.errors import AcodeError, ErrorCode, StorageError
-from acode.runtime.lifecycle import Workspace
 
 __all__ = ["INBOX_ENV", "add_through", "breadcrumb_inbox", "list_through"]
 

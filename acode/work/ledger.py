@@ -17,17 +17,17 @@ from typing import Any
 
 from acode.domain.events import EventType
 from acode.domain.states import SessionState
+from acode.engine.history import History
+from acode.engine.journal import Journal
+from acode.engine.lifecycle import Workspace, take_lock
+from acode.engine.session import Session
+from acode.engine.sync_link import open_sync_link
 from acode.errors import SessionLockedError
-from acode.runtime.clock import SystemClock
-from acode.runtime.history import History
-from acode.runtime.journal import Journal
-from acode.runtime.lifecycle import Workspace, take_lock
-from acode.runtime.locks import SessionLock
-from acode.runtime.session import Session
-from acode.runtime.sync_link import open_sync_link
 from acode.security.signing import Signer, load_signer
 from acode.store.base import EventStore, open_store
 from acode.store.records import SessionRow
+from acode.system.clock import SystemClock
+from acode.system.locks import SessionLock
 
 __all__ = ["append_to", "held", "is_open", "recorded_results", "verified"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from acode.domain.config import EngineConfig
 from acode.domain.work import WorkSession
+from acode.engine.lifecycle import Workspace
 from acode.errors import ConfigError
-from acode.runtime.lifecycle import Workspace
 from acode.work.engine_output import EngineTurn
 from acode.work.engines import check_settings, resume_turn, start_turn
 from acode.work.inbox import INBOX_ENV, breadcrumb_inbox
@@ -130,17 +130,31 @@ def _agent_turn(ws: Workspace, prompt: str, resume: str | None, env: dict[str, s
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return EngineTurn(resume, False, False, "", "the agent did not finish in time")
+        return EngineTurn(
+            session_id=resume,
+            ok=False,
+            forgotten=False,
+            text="",
+            detail="the agent did not finish in time",
+        )
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     started = next((r["id"] for r in records if r.get("event") == "started"), None)
     last = records[-1] if records else {}
     text = str(last.get("message") or done.stderr.strip())[-4000:]
     if resume is not None and done.returncode in (14, 15):
-        return EngineTurn(None, False, True, text, f"agent session {resume} cannot continue")
+        return EngineTurn(
+            session_id=None,
+            ok=False,
+            forgotten=True,
+            text=text,
+            detail=f"agent session {resume} cannot continue",
+        )
     session = started or resume
     if session is None:  # `acode run` stopped before its session began: its error says why
         why = text.splitlines()[0] if text else "no output"
         detail = f"acode run failed (exit {done.returncode}): {why.removeprefix('error ')}"
     else:
         detail = f"acode agent session {session}: exit {done.returncode}"
-    return EngineTurn(session, done.returncode == 0, False, text, detail)
+    return EngineTurn(
+        session_id=session, ok=done.returncode == 0, forgotten=False, text=text, detail=detail
+    )

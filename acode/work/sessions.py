@@ -32,6 +32,9 @@ from acode.domain.work import (
     parse_breadcrumb,
     parse_summary,
 )
+from acode.engine.journal import Journal
+from acode.engine.lifecycle import Workspace, now_iso, start_session
+from acode.engine.session import journal_of
 from acode.errors import (
     AcodeError,
     AmbiguousSessionError,
@@ -42,15 +45,13 @@ from acode.errors import (
     UsageError,
     WorkNotFoundError,
 )
-from acode.runtime.beneath import Beneath
-from acode.runtime.clock import SystemClock
-from acode.runtime.journal import Journal
-from acode.runtime.lifecycle import Workspace, now_iso, start_session
-from acode.runtime.workspace import STATE_PARTS
 from acode.security.redaction import redact, redact_json
 from acode.security.signing import Signer, load_signer
 from acode.store.base import EventStore, open_store
 from acode.store.records import SessionRow
+from acode.system.beneath import Beneath
+from acode.system.clock import SystemClock
+from acode.system.workspace import STATE_PARTS
 from acode.work.ledger import append_to, held, recorded_results, verified
 from acode.work.prompts import rebuilt_prompt, resume_prompt, start_prompt
 from acode.work.tasks import TASKS_DIR, add_task, find_task, list_tasks, set_task_status
@@ -195,7 +196,9 @@ def _from_results(store: EventStore, row: SessionRow, signer: Signer) -> WorkSes
         if k.startswith("bc-") and isinstance(r, dict)
     ]
     engine_sessions = tuple(
-        EngineSession(t.get("session_id"), t["at"], t["how"]) for t in turns if t.get("ok")
+        EngineSession(id=t.get("session_id"), started_at=t["at"], how=t["how"])
+        for t in turns
+        if t.get("ok")
     )
     current = next((e.id for e in reversed(engine_sessions) if e.id), None)
     closed = results.get("close")
@@ -390,15 +393,15 @@ def _start(
     if parent is not None:
         _refresh(ws, parent.id)
     if run_turn is None:
-        return Started(wsession, task)
+        return Started(wsession=wsession, task=task)
     turn = _turn(run_turn, start_prompt(task, wsession), None, wsession)
     wsession = _record_turn(ws, wsession.id, "new", turn)
-    return Started(wsession, task, (("new", turn),))
+    return Started(wsession=wsession, task=task, turns=(("new", turn),))
 
 
 def _record_turn(ws: Workspace, wsession_id: str, how: str, turn: EngineTurn) -> WorkSession:
     with append_to(ws, wsession_id) as session:
-        number = sum(1 for _ in _steps_with_prefix(session.journal, "turn-")) + 1
+        number = sum(1 for _ in _steps_with_prefix(journal_of(session), "turn-")) + 1
         result = {
             "how": how,
             # A failed attempt's id is never the session's: it may be one the engine
@@ -478,7 +481,7 @@ def resume_work(ws: Workspace, id_or_prefix: str, run_turn: TurnRunner | None) -
     wsession = _refresh(ws, wsession.id)
     task = find_task(ws, wsession.task_id)
     if run_turn is None:
-        return Started(wsession, task)
+        return Started(wsession=wsession, task=task)
     turns: list[tuple[str, EngineTurn]] = []
     # Aider keeps no id: its conversation is the work session's history file ("").
     known = wsession.ai_session_id or ("" if wsession.engine == "aider" else None)
@@ -488,11 +491,11 @@ def resume_work(ws: Workspace, id_or_prefix: str, run_turn: TurnRunner | None) -
         wsession = _record_turn(ws, wsession.id, how, turn)
         turns.append((how, turn))
         if turn.ok or not turn.forgotten:
-            return Started(wsession, task, tuple(turns), known)
+            return Started(wsession=wsession, task=task, turns=tuple(turns), asked=known)
     turn = _turn(run_turn, rebuilt_prompt(task, wsession), None, wsession)
     wsession = _record_turn(ws, wsession.id, "rebuilt", turn)
     turns.append(("rebuilt", turn))
-    return Started(wsession, task, tuple(turns), known)
+    return Started(wsession=wsession, task=task, turns=tuple(turns), asked=known)
 
 
 # -- breadcrumbs -------------------------------------------------------------------------
@@ -549,7 +552,7 @@ def _append_breadcrumb(
                 f"work session {wsession.id} closed meanwhile; breadcrumb rejected",
                 hint="nothing was written",
             )
-        number = sum(1 for _ in _steps_with_prefix(session.journal, "bc-")) + 1
+        number = sum(1 for _ in _steps_with_prefix(journal_of(session), "bc-")) + 1
         crumb = Breadcrumb(
             id=breadcrumb_id(number),
             message=fields["message"],

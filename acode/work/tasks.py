@@ -19,14 +19,14 @@ from typing import Any
 from acode.domain.json_text import read_json
 from acode.domain.paths import text_problem
 from acode.domain.work import Task, TaskStatus, next_task_id, parse_task
+from acode.engine.lifecycle import Workspace, now_iso, start_session
+from acode.engine.session import Session, journal_of
 from acode.errors import UsageError, WorkNotFoundError
-from acode.runtime.beneath import Beneath
-from acode.runtime.clock import SystemClock
-from acode.runtime.lifecycle import Workspace, now_iso, start_session
-from acode.runtime.session import Session
-from acode.runtime.user_files import read_user_file
-from acode.runtime.workspace import STATE_PARTS
 from acode.store.base import open_store
+from acode.system.beneath import Beneath
+from acode.system.clock import SystemClock
+from acode.system.user_files import read_user_file
+from acode.system.workspace import STATE_PARTS
 from acode.work.ledger import append_to, held, recorded_results
 
 __all__ = [
@@ -73,7 +73,7 @@ def task_ledger(ws: Workspace) -> Iterator[tuple[Session, dict[str, Task]]]:
 
 
 def _recorded(session: Session) -> dict[str, Task]:
-    journal = session.journal
+    journal = journal_of(session)
     tasks: dict[str, Task] = {}
     for _, result in recorded_results(journal.history):
         if isinstance(result, dict) and "task" in result:
@@ -124,7 +124,7 @@ def _record(session: Session, task: Task, *, source: str) -> None:
 
 
 def _step_ids(session: Session) -> list[str]:
-    journal = session.journal
+    journal = journal_of(session)
     return [step_id for step_id, _ in recorded_results(journal.history)]
 
 

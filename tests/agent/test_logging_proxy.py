@@ -15,7 +15,7 @@ import pytest
 
 from acode.domain.config import ModelSettings
 from acode.errors import ModelError
-from acode.runtime.model_client import build_chat_payload, chat, list_models, request_hash
+from acode.system.model_client import build_chat_payload, chat, list_models, request_hash
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.logging_proxy import LoggingProxy, canonical_sha256, read_proxy_log
 

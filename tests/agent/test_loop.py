@@ -16,10 +16,11 @@ from acode.agent.conversation import SUMMARY_PREFIX, dangling_tool_calls
 from acode.agent.loop import run_agent
 from acode.domain.config import AcodeConfig, AgentSettings, ModelSettings, Price
 from acode.domain.states import SessionState
+from acode.engine.catalog import model_usage
+from acode.engine.lifecycle import start_session
 from acode.errors import ModelError, StepFailedError
-from acode.runtime.inspection import model_usage, read_store
-from acode.runtime.lifecycle import start_session
-from acode.runtime.model_client import request_hash
+from acode.operations.inspection import read_store
+from acode.system.model_client import request_hash
 from tests.agent.scenario import PLAN, TASK, VALIDATE_PY, expected_login, rules, start_repository
 from tests.support.fake_openai import FakeOpenAI
 

@@ -40,7 +40,7 @@ from acode.agent.tools import (
     plan_tool,
 )
 from acode.domain.config import ModelSettings
-from acode.runtime.model_client import ChatResponse, build_chat_payload, send_chat
+from acode.system.model_client import ChatResponse, build_chat_payload, send_chat
 from tests.support.llama_server import LlamaServer, unavailable_reason
 
 pytestmark = pytest.mark.timeout(900)

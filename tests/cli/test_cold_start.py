@@ -39,8 +39,8 @@ NOT_FOR_LISTING = (
     "psutil",
     "acode.sync",
     "acode.domain.config",
-    "acode.runtime.journal",
-    "acode.runtime.catalog",
+    "acode.engine.journal",
+    "acode.engine.catalog",
     "acode.security.signing",
     "acode.resume",
     "acode.cli.app",
@@ -57,11 +57,11 @@ NOT_FOR_A_DRY_RUN = (
     "acode.cli.driver",
     "acode.cli.progress",
     "acode.cli.work_app",
-    "acode.runtime.session",
-    "acode.runtime.steps",
-    "acode.runtime.git",
-    "acode.runtime.process",
-    "acode.runtime.model_client",
+    "acode.engine.session",
+    "acode.engine.steps",
+    "acode.system.git",
+    "acode.system.process",
+    "acode.system.model_client",
 )
 # What a dry run read without the parser has no use for either: the parser, the renderer
 # (into a pipe), the prompts of an interactive resume, what only writing a progress file
@@ -73,8 +73,8 @@ NOT_FOR_A_PLAIN_DRY_RUN = (
     "yaml",
     "acode.cli.app",
     "acode.resume.listing",
-    "acode.runtime.orphans",
-    "acode.runtime.marks",
+    "acode.system.orphans",
+    "acode.engine.marks",
     "acode.domain.usage",
     "acode.sync",
 )

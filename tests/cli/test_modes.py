@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from acode.runtime.lifecycle import start_session
-from acode.runtime.plan_loader import load_plan
+from acode.engine.lifecycle import start_session
+from acode.engine.plan_loader import load_plan
 from tests.cli.conftest import Cli, OpenTerminal, plan_yaml, read_pids, step_started
 
 __all__: list[str] = []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from acode.runtime.lifecycle import start_session
+from acode.engine.lifecycle import start_session
 from tests.cli.conftest import Cli, Result, plan_yaml, step_started
 
 __all__: list[str] = []

@@ -243,8 +243,8 @@ def test_a_session_that_cannot_be_trusted_offers_verify_export_and_discard(
 LIBRARY = """\
 import sys
 import acode
-from acode.runtime.lifecycle import start_session
-from acode.runtime.plan_loader import load_plan
+from acode.engine.lifecycle import start_session
+from acode.engine.plan_loader import load_plan
 
 session = start_session("Other steps", workspace=".", plan=load_plan("plan.yml"))
 print(session.id, flush=True)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from acode.agent.conversation import dangling_tool_calls
-from acode.runtime.model_client import request_hash
+from acode.system.model_client import request_hash
 from tests.agent.scenario import TASK, rules, start_repository
 from tests.cli.conftest import ACODE, make_env
 from tests.crash.harness import CASES, SEED

@@ -239,7 +239,7 @@ def _require(condition: object, what: str) -> None:
 
 
 # Long enough for the command acode just started to be running (it notes itself first,
-# see acode.runtime.orphans).
+# see acode.system.orphans).
 _NOTE_DELAY = 0.2
 
 
@@ -335,7 +335,7 @@ def test_kill_while_spawning_a_command(
     plan_file = write_plan(HOLD_PLAN, tmp_path / "hold.yaml")
     release = tmp_path / "release"
     argv = [str(acode_bin()), "run", str(plan_file), "--json", "--workspace", str(ws)]
-    # The command notes its own process group before it runs (acode.runtime.orphans), so
+    # The command notes its own process group before it runs (acode.system.orphans), so
     # no instant exists between spawning it and resume being able to stop it.
     spawn = EventPoint("spawn of the step's shell", "subprocess.Popen", "['/bin/sh'")
     killed = invoke(

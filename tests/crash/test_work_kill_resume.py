@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from acode.runtime.journal import verify_history
-from acode.runtime.workspace import StatePaths
+from acode.engine.journal import verify_history
 from acode.security.signing import SECRET_ENV, Signer
 from acode.store.base import open_store
+from acode.system.workspace import StatePaths
 from tests.cli.conftest import ACODE, make_env
 from tests.crash.harness import CASES, SEED
 from tests.crash.workload import install_hook

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 EFFECTS_LOG = "effects.log"
-# What acode names its temporary files (acode.runtime.files.TEMP_PREFIX, repeated here so
+# What acode names its temporary files (acode.system.files.TEMP_PREFIX, repeated here so
 # that a renamed constant cannot silently make a leftover invisible to these tests).
 TEMP_PREFIX = ".acode-tmp-"
 _SECRET = "crash-tests-checkpoint-secret"

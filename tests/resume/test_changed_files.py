@@ -16,10 +16,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acode.engine.steps.file_steps import observe
 from acode.resume.environment import Change, changed_files
-from acode.runtime.beneath import Beneath
-from acode.runtime.steps.file_steps import observe
 from acode.store.records import FileRow
+from acode.system.beneath import Beneath
 
 __all__: list[str] = []
 

@@ -126,8 +126,8 @@ def test_ten_thousand_unchanged_files_are_checked_by_stat_alone(workspace: Path)
 def test_a_row_without_change_time_and_inode_is_hashed(workspace: Path) -> None:
     """Rows recorded before schema 7 hold size and mtime only: not enough to trust."""
     from acode.resume.environment import Change, changed_files
-    from acode.runtime.files import sha256_bytes
     from acode.store.records import FileRow
+    from acode.system.files import sha256_bytes
 
     (workspace / "same.txt").write_text("same\n")
     (workspace / "other.txt").write_text("bbbb\n")
@@ -174,8 +174,8 @@ def test_the_steps_that_touched_files_are_found_for_any_number_of_paths(
     asked for more changed paths than SQLite takes parameters in one statement."""
     import sqlite3
 
-    from acode.runtime.workspace import StatePaths
     from acode.store.sqlite.store import SqliteStore
+    from acode.system.workspace import StatePaths
 
     first = _session_with_files(workspace)
     other = acode.open_session("other", workspace=workspace)

@@ -40,8 +40,8 @@ from acode.errors import (
     SessionLockedError,
     TerminalStateError,
 )
-from acode.runtime.workspace import StatePaths
 from acode.store.base import open_store
+from acode.system.workspace import StatePaths
 from tests.cli.conftest import (
     Cli,
     Running,

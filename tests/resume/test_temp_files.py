@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import acode
-from acode.runtime.workspace import StatePaths
+from acode.system.workspace import StatePaths
 
 
 def _paused_session(workspace: Path) -> str:

@@ -20,9 +20,9 @@ import pytest
 import acode
 from acode.agent.loop import run_agent
 from acode.domain.config import AcodeConfig, ModelSettings
-from acode.runtime.lifecycle import start_session
-from acode.runtime.workspace import StatePaths
+from acode.engine.lifecycle import start_session
 from acode.security.signing import Signer
+from acode.system.workspace import StatePaths
 from tests.agent.scenario import TASK, rules, start_repository
 from tests.cli.conftest import Background, Cli, plan_yaml
 from tests.support.attacker import Attacker

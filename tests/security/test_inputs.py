@@ -25,7 +25,7 @@ import pytest
 from acode.agent.loop import run_agent
 from acode.domain.config import AcodeConfig, ModelSettings
 from acode.domain.states import SessionState
-from acode.runtime.lifecycle import start_session
+from acode.engine.lifecycle import start_session
 from tests.agent.scenario import TASK, rules, start_repository
 from tests.cli.conftest import ACODE, Background, Cli, Result, plan_yaml
 from tests.support.drip_server import MODEL as DRIP_MODEL
@@ -331,7 +331,7 @@ def test_a_model_server_that_drips_its_answers_pauses_the_run_at_the_deadline(
     the same again."""
     start_repository(acode.workspace)
     # The list of models comes whole: one that drips fails the availability check
-    # (tests/runtime/test_model_client.py), and the chat request is never sent.
+    # (tests/system/test_model_client.py), and the chat request is never sent.
     with DripServer(interval=0.05, models_at_once=True) as server:
         acode.write(
             ".agent/config.yml",

@@ -34,10 +34,10 @@ import acode
 from acode.agent.loop import run_agent
 from acode.domain.config import AcodeConfig, ModelSettings
 from acode.domain.plan import Plan
-from acode.runtime.lifecycle import start_session
-from acode.runtime.plan_runner import run_plan
-from acode.runtime.process import CommandResult
-from acode.runtime.workspace import StatePaths
+from acode.engine.lifecycle import start_session
+from acode.engine.plan_runner import run_plan
+from acode.system.process import CommandResult
+from acode.system.workspace import StatePaths
 from tests.agent.scenario import TASK, rules, start_repository
 from tests.support.attacker import Attacker
 from tests.support.fake_openai import FakeOpenAI

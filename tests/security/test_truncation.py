@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import acode
-from acode.runtime.workspace import StatePaths
+from acode.system.workspace import StatePaths
 from tests.cli.conftest import Background, Cli, plan_yaml
 from tests.support.attacker import Attacker
 

@@ -383,14 +383,14 @@ class EventStoreContract:
     def test_a_journal_written_through_the_store_verifies_from_another_connection(
         self, backend: Opener, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        from acode.runtime.clock import SystemClock
-        from acode.runtime.journal import (
+        from acode.engine.journal import (
             SUMMARY_EVERY,
             Journal,
             new_session_journal,
             verify_history,
         )
         from acode.security.signing import load_signer
+        from acode.system.clock import SystemClock
 
         monkeypatch.setenv("ACODE_CHECKPOINT_SECRET", "contract")
         signer, clock = load_signer(), SystemClock()

@@ -21,12 +21,12 @@ from acode.domain.reducer import (
     SessionSummary,
     fold,
 )
-from acode.runtime.journal import checkpoint_message
-from acode.runtime.workspace import StatePaths
+from acode.engine.journal import checkpoint_message
 from acode.security.signing import Signer
 from acode.store.records import CheckpointRow
 from acode.store.sqlite.connection import connect
 from acode.store.sqlite.migrations import _apply, available_migrations, schema_version
+from acode.system.workspace import StatePaths
 
 __all__ = ["OldEvent", "older_database"]
 

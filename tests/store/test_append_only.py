@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import acode
-from acode.runtime.workspace import StatePaths
+from acode.system.workspace import StatePaths
 
 
 @pytest.fixture

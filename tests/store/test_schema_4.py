@@ -21,14 +21,14 @@ from hypothesis import strategies as st
 import acode
 from acode.domain.events import EventType, canonical_json
 from acode.domain.idempotency import generate
+from acode.engine.journal import Journal, checkpoint_message, verify_history
 from acode.errors import CheckpointError, ErrorCode
-from acode.runtime.clock import SystemClock
-from acode.runtime.journal import Journal, checkpoint_message, verify_history
-from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.records import CheckpointRow
 from acode.store.sqlite.migrations import available_migrations, schema_version
 from acode.store.sqlite.store import SqliteStore
+from acode.system.clock import SystemClock
+from acode.system.workspace import StatePaths
 from tests.store.older_schemas import older_database
 from tests.store.recorded import paused_session
 

@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 
 import acode
 from acode.domain.ids import uuid_bytes
+from acode.engine.journal import SUMMARY_EVERY, Journal, checkpoint_message, verify_history
 from acode.errors import StorageError
-from acode.runtime.clock import SystemClock
-from acode.runtime.journal import SUMMARY_EVERY, Journal, checkpoint_message, verify_history
-from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.base import open_store
 from acode.store.records import CheckpointRow
 from acode.store.sqlite.migrations import schema_version
+from acode.system.clock import SystemClock
+from acode.system.workspace import StatePaths
 from tests.store.older_schemas import older_database
 from tests.store.recorded import paused_session
 

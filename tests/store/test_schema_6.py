@@ -24,15 +24,15 @@ from hypothesis import strategies as st
 
 import acode
 from acode.domain.reducer import STEP_EVENT_TYPES
+from acode.engine.journal import SUMMARY_EVERY, verify_history
 from acode.errors import CheckpointError, NonDeterminismError
-from acode.runtime.journal import SUMMARY_EVERY, verify_history
-from acode.runtime.workspace import StatePaths
 from acode.security.signing import load_signer
 from acode.store.base import Durability
 from acode.store.sqlite import store as sqlite_store
 from acode.store.sqlite.connection import connect
 from acode.store.sqlite.migrations import schema_version
 from acode.store.sqlite.store import SqliteStore
+from acode.system.workspace import StatePaths
 from tests.store.older_schemas import older_database
 from tests.store.recorded import paused_session
 

@@ -20,7 +20,7 @@ from typing import Any
 from acode.domain.chain import event_hash
 from acode.domain.events import canonical_json
 from acode.domain.ids import uuid7, uuid_bytes, uuid_text
-from acode.runtime.workspace import StatePaths
+from acode.system.workspace import StatePaths
 
 __all__ = ["Attacker"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from acode.domain.reducer import StepStatus
-from acode.runtime.workspace import StatePaths
 from acode.store.base import open_store
+from acode.system.workspace import StatePaths
 
 __all__ = ["step_statuses"]
 

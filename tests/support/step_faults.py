@@ -2,7 +2,7 @@
 one point of one step's life. The caller catches every error and goes on, as the agent
 loop and library callers do; what each call returned or raised is its outcome.
 
-Used in-process by tests/runtime/test_step_faults.py (every fault) and, killed at a
+Used in-process by tests/engine/test_step_faults.py (every fault) and, killed at a
 seeded random instant, by tests/crash/test_step_faults.py, which runs it as
 
     python -m tests.support.step_faults --workspace WS --results FILE
@@ -10,7 +10,7 @@ seeded random instant, by tests/crash/test_step_faults.py, which runs it as
 
 A fault is a step of the program and a point of its life:
 
-  prepare, execute, value    the step kind's hooks (acode.runtime.steps.base)
+  prepare, execute, value    the step kind's hooks (acode.engine.steps.base)
   function                   a python step's own function
   started                    the observer told that the step starts
   approver                   the approver asked for a decision
@@ -41,22 +41,22 @@ from typing import Any
 
 import acode
 from acode.domain.events import EventType
-from acode.runtime.journal import verify_history
-from acode.runtime.model_client import build_chat_payload, request_hash
-from acode.runtime.observer import ApprovalRequest, StepNotice, StepPhase
-from acode.runtime.process import CommandResult
-from acode.runtime.session import Session
-from acode.runtime.steps.chat_step import ChatStep
-from acode.runtime.steps.commit_step import CommitStep
-from acode.runtime.steps.file_steps import EditStep, ReadStep, WriteStep
-from acode.runtime.steps.model_step import ModelStep
-from acode.runtime.steps.python_step import PythonStep, python_step
-from acode.runtime.steps.run_step import RunStep
-from acode.runtime.workspace import StatePaths
+from acode.engine.journal import verify_history
+from acode.engine.observer import ApprovalRequest, StepNotice, StepPhase
+from acode.engine.session import Session, journal_of
+from acode.engine.steps.chat_step import ChatStep
+from acode.engine.steps.commit_step import CommitStep
+from acode.engine.steps.file_steps import EditStep, ReadStep, WriteStep
+from acode.engine.steps.model_step import ModelStep
+from acode.engine.steps.python_step import PythonStep, python_step
+from acode.engine.steps.run_step import RunStep
 from acode.security.signing import load_signer
 from acode.store.base import EventStore, open_store
 from acode.store.records import Commit
 from acode.store.sqlite.store import SqliteStore
+from acode.system.model_client import build_chat_payload, request_hash
+from acode.system.process import CommandResult
+from acode.system.workspace import StatePaths
 
 __all__ = [
     "FAULTS",
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     fired_at: list[int] = []
     injector.on_fire = lambda: fired_at.append(counter[0])
     with open_program(args.workspace, injector, args.resume) as session:
-        _count_instants(session.journal.store, args.kill_at, counter)
+        _count_instants(journal_of(session).store, args.kill_at, counter)
         outcomes = run_program(session, injector, args.workspace)
         instants = counter[0]  # a kill lands before the session completes, or not at all
     result = {

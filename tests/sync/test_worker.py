@@ -16,7 +16,7 @@ from pathlib import Path
 
 import acode
 from acode.domain.config import AcodeConfig, SyncSettings
-from acode.runtime.observer import StepNotice
+from acode.engine.observer import StepNotice
 from acode.store.base import open_store
 from acode.store.records import SyncStateRow
 from acode.sync.notices import NoticeKind, SyncNotice

@@ -38,7 +38,7 @@ def available_migrations() -> list[Migration]:
         match = _NAME.fullmatch(entry.name)
         if match:
             sql = entry.read_text(encoding="utf-8")
-            found.append(Migration(int(match["number"]), match["name"], sql))
+            found.append(Migration(number=int(match["number"]), name=match["name"], sql=sql))
     return sorted(found, key=lambda m: m.number)
 
 

@@ -89,7 +89,7 @@ UPSERT_STEP = (
 _STEP_COLUMNS = "position, step_id, kind, status, attempt, task_id, input_hash, event_seq"
 _STEP_TYPES = ", ".join(repr(str(t)) for t in sorted(STEP_EVENT_TYPES))
 # The events about steps, in order: folded, they are the steps' records (schema 4 writes
-# a `steps` row only for a step that needs one, see Session._finish).
+# a `steps` row only for a step that needs one, see StepExecutor._finish).
 SELECT_STEP_EVENTS = (
     "SELECT seq, type, payload FROM events WHERE id > ? AND id < ?"
     f" AND type IN ({_STEP_TYPES})"
@@ -220,7 +220,16 @@ def _step(row: tuple[Any, ...]) -> StepRecord:
             hint="the history is kept unchanged for inspection (`acode session history`)",
             code=ErrorCode.CHAIN_BROKEN,
         )
-    return StepRecord(position, step_id, kind, found, attempt, task_id, input_hash, seq)
+    return StepRecord(
+        position=position,
+        step_id=step_id,
+        kind=kind,
+        status=found,
+        attempt=attempt,
+        task_id=task_id,
+        input_hash=input_hash,
+        event_seq=seq,
+    )
 
 
 def _signature(value: bytes | None) -> str:
@@ -517,7 +526,7 @@ class SqliteStore(SyncBookkeeping):
         """Record session ``session``'s history again under chain version ``chain``, in
         one transaction: each event's (seq, payload JSON, hash, checkpoint signature),
         each checkpoint of the old table's (id, head, signature). The only change events
-        ever take (acode/runtime/rechain.py checks the history first); False when another
+        ever take (acode/engine/rechain.py checks the history first); False when another
         process did it first."""
         try:
             with atomic(self.conn) as conn:
@@ -730,7 +739,14 @@ class SqliteStore(SyncBookkeeping):
         summary = (
             self._derived_summary(session, seq) if text is None else text.decode("utf-8", "replace")
         )
-        return CheckpointRow(seq, seq, summary, head, _signature(signature), ts)
+        return CheckpointRow(
+            id=seq,
+            seq=seq,
+            summary=summary,
+            head=head,
+            signature=_signature(signature),
+            created_at=ts,
+        )
 
     def _derived_summary(self, session: SessionRow, seq: int) -> str:
         """The summary at event ``seq``: the newest one written out before it, with the

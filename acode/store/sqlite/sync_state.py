@@ -66,7 +66,9 @@ class SyncBookkeeping:
     def sync_backlog(self) -> list[Backlog]:
         """Every session of the database, in id order."""
         return [
-            Backlog(str(i), int(last or 0), remote, int(synced))
+            Backlog(
+                session_id=str(i), last_seq=int(last or 0), remote_id=remote, synced_seq=int(synced)
+            )
             for i, last, remote, synced in self.conn.execute(SELECT_BACKLOG)
         ]
 

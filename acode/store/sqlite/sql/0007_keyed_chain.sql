@@ -3,7 +3,7 @@
 -- `chain` is the version of a session's chain (acode.domain.chain): 2, keyed, for every
 -- session from now on; 1, plain SHA-256, for the sessions recorded before. Those are
 -- chained again under the key the first time acode loads them with it
--- (acode/runtime/rechain.py): their old chain and newest checkpoint are verified first,
+-- (acode/engine/rechain.py): their old chain and newest checkpoint are verified first,
 -- and a history that fails stays as it was, refused. `key_id` names the key a session's
 -- chain and checkpoints are made with (Signer.key_id), so that a changed key is told
 -- from an edited history.

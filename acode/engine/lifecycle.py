@@ -1,0 +1,254 @@
+"""Opening sessions: the workspace's state directory, the store, the lock, the journal."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from contextlib import ExitStack, suppress
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from acode.domain.config import AcodeConfig, SyncSettings, config_hash, config_to_dict
+from acode.domain.events import EventType, canonical_json
+from acode.domain.ids import uuid7
+from acode.domain.states import SessionState
+from acode.engine.config import load_config
+from acode.errors import SessionNotFoundError
+from acode.security.signing import load_signer
+from acode.store.base import open_store
+from acode.system.clock import Clock, SystemClock
+from acode.system.private_dirs import check_state_dir
+from acode.system.workspace import StatePaths, ensure_state_ignored
+
+# What only starting a session or taking its lock needs is loaded there: the commands
+# that only read sessions, and the dry run of resume, open the workspace alone.
+if TYPE_CHECKING:
+    from acode.domain.plan import Plan
+    from acode.engine.interrupts import Interrupts
+    from acode.engine.observer import Approver, Observer
+    from acode.engine.session import Session
+    from acode.system.locks import SessionLock
+
+__all__ = [
+    "Workspace",
+    "existing_workspace",
+    "now_iso",
+    "open_session",
+    "open_workspace",
+    "session_config",
+    "start_session",
+    "take_lock",
+]
+
+
+class Workspace(NamedTuple):
+    """An opened workspace: its root, its state paths and its settings."""
+
+    root: Path
+    paths: StatePaths
+    config: AcodeConfig
+
+
+def open_workspace(workspace: Path | str = ".", config: AcodeConfig | None = None) -> Workspace:
+    """The workspace at ``workspace`` with its state directory ready and config loaded."""
+    root = Path(workspace).resolve()
+    paths = StatePaths(root)
+    cfg = config if config is not None else load_config(root)
+    paths.check_database()
+    with suppress(FileExistsError):  # a link or a file there: refused below
+        paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_state_dir(paths.state_dir)
+    ensure_state_ignored(paths.state_dir)
+    return Workspace(root=root, paths=paths, config=cfg)
+
+
+def existing_workspace(workspace: Path | str = ".", config: AcodeConfig | None = None) -> Workspace:
+    """The workspace, for commands that act on recorded sessions: where none was ever
+    recorded, say so rather than create acode's state there."""
+    root = Path(workspace).resolve()
+    if not StatePaths(root).db.exists():
+        raise SessionNotFoundError(
+            f"no acode sessions in {root}",
+            hint="run the command in the workspace of the session, or pass --workspace DIR",
+        )
+    return open_workspace(root, config)
+
+
+def session_config(config: AcodeConfig) -> AcodeConfig:
+    """The configuration as a session records it and resume compares it: where the
+    workspace mirrors its sessions is not part of what a session does (and its URL may
+    hold a password), so it is left out."""
+    return replace(config, sync=SyncSettings())
+
+
+def now_iso(clock: Clock) -> str:
+    return datetime.fromtimestamp(clock.now_us() / 1e6, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def take_lock(
+    ws: Workspace, session_id: str, clock: Clock, *, label: str | None = None
+) -> SessionLock:
+    from acode.system.locks import acquire
+
+    return acquire(
+        ws.paths.locks,
+        session_id,
+        command=" ".join(sys.argv) or "python",
+        now_iso=now_iso(clock),
+        label=label,
+    )
+
+
+def open_session(
+    title: str,
+    workspace: Path | str = ".",
+    config: AcodeConfig | None = None,
+    *,
+    observer: Observer | None = None,
+    approver: Approver | None = None,
+) -> Session:
+    """Start a new session in ``workspace`` and hold its lock until it is closed.
+
+    ``config`` replaces the workspace's .agent/config.yml; ``observer`` hears of each step,
+    ``approver`` answers approval steps (docs/library.md). The library's way in: acode's
+    own commands start theirs with :func:`start_session`, which also records a plan, an
+    agent's task or a mode."""
+    return start_session(title, workspace, config, observer=observer, approver=approver)
+
+
+def start_session(
+    title: str,
+    workspace: Path | str = ".",
+    config: AcodeConfig | None = None,
+    *,
+    plan: Plan | None = None,
+    plan_file: Path | None = None,
+    agent_task: str | None = None,
+    overrides: Mapping[str, object] | None = None,
+    ledger: str | None = None,
+    parent_id: str | None = None,
+    observer: Observer | None = None,
+    approver: Approver | None = None,
+    interrupts: Interrupts | None = None,
+    clock: Clock | None = None,
+    mode: str | None = None,
+    mode_chosen: bool = False,
+) -> Session:
+    """:func:`open_session` with what acode's commands (the plan runner, the agent, work
+    sessions) record besides.
+
+    ``agent_task`` makes it an agent session (`acode run "task"`), which records the
+    task and the ``overrides`` (``{"section.key": value}``, from command-line flags)
+    that were applied to ``config``, so that resume applies them again. ``plan_file``,
+    the file ``plan`` was read from, is recorded to name it when the session is over. ``ledger``
+    ("work" or "tasks") makes it a session that later commands append to
+    (``acode.work.ledger``). ``mode`` is the resume mode it runs in (`acode run --mode`,
+    ``mode_chosen`` when given there rather than taken by default): its resume defaults to
+    a chosen one."""
+    # Loaded here, not with this module: the commands that only read sessions and the
+    # previews of resume need the workspace helpers above, not the step engine.
+    from acode.engine.journal import new_session_journal
+    from acode.engine.session import Session
+    from acode.engine.sync_link import open_sync_link
+
+    clock = clock or SystemClock()
+    ws = open_workspace(workspace, config)
+    signer = load_signer()
+    session_id = uuid7(clock.now_us() // 1000, clock.random_bytes(10))
+    kind = ledger or _kind(plan, agent_task)
+    with ExitStack() as cleanup:
+        store = open_store(ws.paths.db, ws.config.durability)
+        cleanup.callback(store.close)
+        lock = take_lock(ws, session_id, clock)
+        cleanup.callback(lock.release)
+        journal = new_session_journal(
+            store,
+            session_id=session_id,
+            title=title,
+            workspace=str(ws.root),
+            kind=kind,
+            config_json=canonical_json(config_to_dict(session_config(ws.config))),
+            config_hash=config_hash(session_config(ws.config)),
+            parent_id=parent_id,
+            entries=_first_events(
+                title,
+                ws,
+                kind,
+                plan,
+                plan_file,
+                parent_id,
+                agent_task,
+                overrides,
+                (mode, mode_chosen),
+            ),
+            clock=clock,
+            signer=signer,
+        )
+        cleanup.pop_all()  # the Session owns the store and the lock from here on
+    return Session(
+        journal=journal,
+        workspace=ws.root,
+        config=ws.config,
+        lock=lock,
+        signer=signer,
+        observer=observer,
+        approver=approver,
+        interrupts=interrupts,
+        sync=open_sync_link(ws.paths, ws.config.sync.remote, session_id),
+    )
+
+
+def _kind(plan: Plan | None, agent_task: str | None) -> str:
+    if agent_task is not None:
+        return "agent"
+    return "plan" if plan is not None else "library"
+
+
+def _first_events(
+    title: str,
+    ws: Workspace,
+    kind: str,
+    plan: Plan | None,
+    plan_file: Path | None,
+    parent_id: str | None,
+    agent_task: str | None,
+    overrides: Mapping[str, object] | None,
+    mode: tuple[str | None, bool],
+) -> list[tuple[EventType, dict[str, object]]]:
+    created: dict[str, object] = {
+        "title": title,
+        "workspace": str(ws.root),
+        "config_hash": config_hash(session_config(ws.config)),
+        "kind": kind,  # on the chain: the sessions row's copy is checked against it
+        "v": 1,
+    }
+    if parent_id:
+        created["parent_id"] = parent_id
+    if plan_file is not None:
+        created["plan_file"] = str(plan_file.resolve())
+    if agent_task is not None:
+        created["task"] = agent_task
+        created["overrides"] = dict(overrides or {})
+    if mode[0] is not None:
+        created["mode"], created["mode_chosen"] = mode
+    entries: list[tuple[EventType, dict[str, object]]] = [(EventType.SESSION_CREATED, created)]
+    if plan is not None:
+        entries.append(
+            (
+                EventType.PLAN_RECORDED,
+                {"plan": plan.to_dict(), "total_steps": len(plan.steps()), "v": 1},
+            )
+        )
+    entries.append(
+        (
+            EventType.STATE_CHANGED,
+            {
+                "from": SessionState.CREATED.value,
+                "to": SessionState.EXECUTING.value,
+                "reason": "started",
+            },
+        )
+    )
+    return entries

@@ -796,13 +796,6 @@ def _resume(
         ws.paths.clear_temp(row.id)
         journal = Journal.load(store, row, clock, signer)
         row = journal.row  # chained again under the key, if it was recorded before
-        # Only the rollback of an interrupted run step asks it, and the start of this
-        # process is asked of psutil, which a resume of other steps does without.
-        fresh_after = (
-            _fresh_after(journal, held_by_us, locked) if _run_step_interrupted(journal) else locked
-        )
-        if orphans:  # the start of this process came before they were gone
-            fresh_after = max(fresh_after, locked)
         _refuse(journal)
         _cut_short(journal, ws.paths)
         sync = open_sync_link(ws.paths, ws.config.sync.remote, row.id)
@@ -813,6 +806,13 @@ def _resume(
         recorded = recorded_config(row, journal.history)
         if verify:
             verify_history(store, row, signer)
+        # Only the rollback of an interrupted run step asks it, and the start of this
+        # process is asked of psutil, which a resume of other steps does without.
+        fresh_after = (
+            _fresh_after(journal, held_by_us, locked) if _run_step_interrupted(journal) else locked
+        )
+        if orphans:  # the start of this process came before they were gone
+            fresh_after = max(fresh_after, locked)
         preview = _preview(
             journal, ws.config, clock.now_us(), shown=on_preview is not None
         )._replace(mode=mode)

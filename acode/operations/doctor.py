@@ -115,6 +115,13 @@ def key_check(have_sessions: bool) -> Check:
                 f"restore the key file to {quoted}, or set {SECRET_ENV} to the key they used",
             )
         return Check("key", Status.OK, f"no key file yet: acode creates {path} at its first run")
+    except OSError as exc:
+        return Check(
+            "key",
+            Status.FAIL,
+            f"cannot examine {path}: {exc.strerror or exc}",
+            f"ls -ld {shlex.quote(str(path.parent))}   # its directory must be yours",
+        )
     if not stat.S_ISREG(st.st_mode):
         return Check(
             "key",
@@ -207,13 +214,16 @@ def git_check(workspace: Path) -> Check:
             "git is not on PATH: plans with run or commit steps need it",
             "install git (e.g. sudo apt install git)",
         )
-    done = subprocess.run(
-        [git, "-C", str(workspace), "rev-parse", "--is-inside-work-tree"],
-        capture_output=True,
-        text=True,
-        timeout=VERSION_TIMEOUT_S,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [git, "-C", str(workspace), "rev-parse", "--is-inside-work-tree"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("git", Status.WARN, f"{git} rev-parse did not answer: {exc}")
     if done.returncode != 0 or done.stdout.strip() != "true":
         return Check(
             "git",

@@ -13,6 +13,7 @@ from acode.cli.options import JsonOption, RecentSessionArgument, SessionArgument
 from acode.errors import UsageError
 
 if TYPE_CHECKING:
+    from acode.domain.config import AcodeConfig
     from acode.resume.modes import Mode
     from acode.resume.service import ChangedFilesAction
 
@@ -323,6 +324,26 @@ def sync(
 
     code = run_sync(workspace_dir(workspace), wait=wait, timeout=timeout, as_json=as_json)
     raise typer.Exit(code)
+
+
+@app.command()
+def doctor(workspace: WorkspaceOption = None, as_json: JsonOption = False) -> None:
+    """Check acode's set-up here, each problem with its fix; exit 1 if a check fails."""
+    from acode.cli.doctor_views import print_checks
+    from acode.operations.doctor import diagnose, failed
+    from acode.resume.environment import check_model
+
+    def probe(config: AcodeConfig) -> tuple[str, str] | None:
+        found = check_model(config)
+        if found.problem is None:
+            return None
+        url = found.base_url.rstrip("/")
+        fix = found.busy_hint("run acode doctor") if found.busy else f"curl -s {url}/models"
+        return found.problem, fix
+
+    checks = diagnose(workspace_dir(workspace), probe)
+    print_checks(checks, as_json)
+    raise typer.Exit(1 if failed(checks) else 0)
 
 
 @session_app.command("list")

@@ -347,7 +347,7 @@ def test_help_and_a_mistyped_command_build_every_command_they_name(
     cli_env: dict[str, str],
 ) -> None:
     """The list in a help, and the names close to a typo, are of all the commands."""
-    everything = ["run", "resume", "status", "sync", "approve", "session"]
+    everything = ["run", "resume", "status", "sync", "doctor", "approve", "session"]
     everything += ["task", "work", "wsession", "settings"]
     cases = (
         (["--help"], 0, everything),

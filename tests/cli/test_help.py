@@ -94,6 +94,7 @@ def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
     ]
     assert sorted(helps.commands) == [
         "approve",
+        "doctor",
         "resume",
         "run",
         "session checkpoint",

@@ -1,0 +1,332 @@
+"""``acode doctor``: what a person checks when something is off, each check with its
+fix. Looking never changes anything: the database is opened read-only, the key file
+and the state directory are only examined, a missing one is reported, never created."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sqlite3
+import stat
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from acode.domain.config import ENGINE_CLIS, AcodeConfig, ModelSettings
+from acode.errors import AcodeError
+
+__all__ = ["Check", "ModelProbe", "Status", "diagnose", "failed"]
+
+MIN_PYTHON = (3, 11)  # pyproject.toml's requires-python
+MIN_SQLITE = (3, 24, 0)  # UPSERT (INSERT ... ON CONFLICT DO UPDATE), used by the store
+VERSION_TIMEOUT_S = 5.0  # an engine CLI's --version
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"  # worth knowing; does not fail the doctor
+    FAIL = "fail"
+    SKIP = "skip"  # nothing to check here (not configured, not installed, not yet made)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None  # a command that works when pasted, where there is one
+
+
+# The model server's check, given by the caller: the resume's probe lives above this
+# layer. It returns None when the server answers with the model, else (problem, fix).
+ModelProbe = Callable[[AcodeConfig], tuple[str, str] | None]
+
+
+def failed(checks: list[Check]) -> bool:
+    return any(c.status is Status.FAIL for c in checks)
+
+
+def diagnose(workspace: Path, model_probe: ModelProbe) -> list[Check]:
+    from acode.system.workspace import StatePaths
+
+    paths = StatePaths(workspace)
+    checks = [python_check(), sqlite_check(), key_check(paths.db.exists())]
+    checks += state_dir_checks(paths.state_dir, paths.locks)
+    database, backlog = database_check(paths.db)
+    checks += [database, git_check(workspace)]
+    config, loaded = config_check(workspace)
+    checks.append(config)
+    if loaded is None:
+        skipped = "the configuration could not be read"
+        checks += [Check(n, Status.SKIP, skipped) for n in ("model", "remote")]
+    else:
+        checks += [model_check(loaded, model_probe), *remote_checks(loaded, backlog)]
+        checks += engine_checks(loaded)
+    checks.append(size_check(paths.state_dir))
+    return checks
+
+
+def _version(parts: tuple[int, ...]) -> str:
+    return ".".join(map(str, parts))
+
+
+def python_check() -> Check:
+    found = _version(tuple(sys.version_info[:3]))
+    if sys.version_info[:2] < MIN_PYTHON:
+        return Check(
+            "python",
+            Status.FAIL,
+            f"{found}; acode needs {_version(MIN_PYTHON)} or newer",
+            f"install Python {_version(MIN_PYTHON)}+, then: python3 -m pip install acode",
+        )
+    return Check("python", Status.OK, f"{found} (needs {_version(MIN_PYTHON)}+)")
+
+
+def sqlite_check() -> Check:
+    found = sqlite3.sqlite_version
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        return Check(
+            "sqlite",
+            Status.FAIL,
+            f"{found}; acode needs {_version(MIN_SQLITE)} or newer",
+            "use a Python built with a newer SQLite (python.org and distribution builds are)",
+        )
+    return Check("sqlite", Status.OK, f"{found} (needs {_version(MIN_SQLITE)}+)")
+
+
+def key_check(have_sessions: bool) -> Check:
+    from acode.security.signing import SECRET_ENV, key_path
+
+    if os.environ.get(SECRET_ENV):
+        return Check("key", Status.OK, f"from {SECRET_ENV}")
+    path = key_path()
+    quoted = shlex.quote(str(path))
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        if have_sessions:
+            return Check(
+                "key",
+                Status.FAIL,
+                f"no key file {path}: the sessions here cannot be verified",
+                f"restore the key file to {quoted}, or set {SECRET_ENV} to the key they used",
+            )
+        return Check("key", Status.OK, f"no key file yet: acode creates {path} at its first run")
+    except OSError as exc:
+        return Check(
+            "key",
+            Status.FAIL,
+            f"cannot examine {path}: {exc.strerror or exc}",
+            f"ls -ld {shlex.quote(str(path.parent))}   # its directory must be yours",
+        )
+    if not stat.S_ISREG(st.st_mode):
+        return Check(
+            "key",
+            Status.FAIL,
+            f"{path} is not a regular file",
+            f"check who made it, then: mv {quoted} {quoted}.moved",
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        return Check(
+            "key",
+            Status.FAIL,
+            f"{path} is readable by others (mode {mode:04o})",
+            f"chmod 600 {quoted}",
+        )
+    if st.st_size < 16:
+        return Check(
+            "key",
+            Status.FAIL,
+            f"{path} is too short ({st.st_size} bytes)",
+            f"restore the key file, or set {SECRET_ENV}; a new key cannot verify old sessions",
+        )
+    return Check("key", Status.OK, f"{path} (mode {mode:04o})")
+
+
+def state_dir_checks(state_dir: Path, locks: Path) -> list[Check]:
+    from acode.system.private_dirs import open_private_dir
+
+    checks = []
+    for name, path in (("state dir", state_dir), ("locks dir", locks)):
+        try:
+            fd = open_private_dir(path, None, what=name.split()[0])
+        except AcodeError as exc:
+            checks.append(Check(name, Status.FAIL, exc.message, exc.hint))
+            continue
+        if fd is None:
+            checks.append(Check(name, Status.SKIP, f"{path}: not made yet"))
+            continue
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        os.close(fd)
+        checks.append(Check(name, Status.OK, f"{path} (mode {mode:04o})"))
+    return checks
+
+
+def database_check(db: Path) -> tuple[Check, int | None]:
+    """The database's check, and how many of its events no remote has received."""
+    from acode.store.sqlite.health import database_health
+
+    if not db.exists():
+        return Check("database", Status.OK, "no sessions yet"), None
+    moved = f"mv {shlex.quote(str(db))} {shlex.quote(str(db) + '.broken')}"
+    try:
+        health = database_health(db)
+    except sqlite3.Error as exc:
+        return Check(
+            "database",
+            Status.FAIL,
+            f"{db} cannot be read: {exc}",
+            f"{moved}   # acode starts afresh; `sqlite3 FILE .recover` may save what it held",
+        ), None
+    if health.problems:
+        shown = "; ".join(health.problems[:3])
+        return Check(
+            "database",
+            Status.FAIL,
+            f"{db} is damaged: {shown}",
+            f"sqlite3 {shlex.quote(str(db))} .recover | sqlite3 {shlex.quote(str(db) + '.new')}",
+        ), None
+    if health.schema > health.latest:
+        return Check(
+            "database",
+            Status.FAIL,
+            f"schema version {health.schema}, newer than this acode's {health.latest}",
+            "python3 -m pip install -U acode",
+        ), None
+    older = " (upgraded at its next opening)" if health.schema < health.latest else ""
+    return Check(
+        "database", Status.OK, f"quick_check ok, schema version {health.schema}{older}"
+    ), health.backlog
+
+
+def git_check(workspace: Path) -> Check:
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None:
+        return Check(
+            "git",
+            Status.WARN,
+            "git is not on PATH: plans with run or commit steps need it",
+            "install git (e.g. sudo apt install git)",
+        )
+    try:
+        done = subprocess.run(
+            [git, "-C", str(workspace), "rev-parse", "--is-inside-work-tree"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("git", Status.WARN, f"{git} rev-parse did not answer: {exc}")
+    if done.returncode != 0 or done.stdout.strip() != "true":
+        return Check(
+            "git",
+            Status.WARN,
+            f"{workspace} is not a git work tree",
+            f"git -C {shlex.quote(str(workspace))} init",
+        )
+    return Check("git", Status.OK, f"{workspace} is a git work tree")
+
+
+def config_check(workspace: Path) -> tuple[Check, AcodeConfig | None]:
+    from acode.engine.config import CONFIG_RELATIVE, load_config
+
+    try:
+        config = load_config(workspace)
+    except AcodeError as exc:
+        return Check("config", Status.FAIL, exc.message, exc.hint), None
+    read = "read" if (workspace / CONFIG_RELATIVE).exists() else "absent: the defaults apply"
+    return Check("config", Status.OK, f"{CONFIG_RELATIVE} {read}"), config
+
+
+def model_check(config: AcodeConfig, probe: ModelProbe) -> Check:
+    settings = config.model
+    if settings == ModelSettings():
+        return Check("model", Status.SKIP, "no model configured (model: in .agent/config.yml)")
+    outcome = probe(config)
+    if outcome is not None:
+        problem, fix = outcome
+        return Check("model", Status.FAIL, problem, fix)
+    return Check("model", Status.OK, f"{settings.name} at {settings.base_url}")
+
+
+def remote_checks(config: AcodeConfig, backlog: int | None) -> list[Check]:
+    dsn = config.sync.remote
+    if dsn is None:
+        return [Check("remote", Status.SKIP, "no remote configured (sync.remote)")]
+    from acode.sync.remote import connect_remote
+
+    timeout = config.resume.validation_timeout_seconds
+    try:
+        connect_remote(dsn, connect_timeout=timeout, statement_timeout=timeout).close()
+    except AcodeError as exc:
+        remote = Check("remote", Status.FAIL, exc.message, exc.hint)
+    else:
+        from acode.sync.dsn import describe_remote
+
+        remote = Check("remote", Status.OK, f"{describe_remote(dsn)} answers")
+    if not backlog:
+        pending = Check("sync backlog", Status.OK, "every event is on the remote")
+    else:
+        pending = Check(
+            "sync backlog", Status.WARN, f"{backlog} events wait for the remote", "acode sync"
+        )
+    return [remote, pending]
+
+
+def engine_checks(config: AcodeConfig) -> list[Check]:
+    # The configured ones: the defaults, and "command" once it is given one.
+    return [_engine_check(name, config) for name in ENGINE_CLIS if name in config.engines]
+
+
+def _engine_check(name: str, config: AcodeConfig) -> Check:
+    import subprocess
+
+    command = config.engines[name].command
+    found = shutil.which(command)
+    if found is None:
+        return Check(f"engine {name}", Status.SKIP, f"{command!r} not found on PATH")
+    try:
+        done = subprocess.run(
+            [found, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return Check(
+            f"engine {name}",
+            Status.WARN,
+            f"{found} --version did not answer in {VERSION_TIMEOUT_S:.0f} s",
+        )
+    except OSError as exc:
+        return Check(f"engine {name}", Status.WARN, f"{found}: {exc.strerror or exc}")
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    version = lines[0] if lines else "no version printed"
+    if done.returncode != 0:
+        return Check(f"engine {name}", Status.WARN, f"{found} --version failed: {version}")
+    return Check(f"engine {name}", Status.OK, f"{version} ({found})")
+
+
+def size_check(state_dir: Path) -> Check:
+    if not state_dir.is_dir():
+        return Check("state size", Status.SKIP, "no state yet")
+    total = sum(_sizes(state_dir))
+    return Check("state size", Status.OK, f"{total:,} bytes in {state_dir}")
+
+
+def _sizes(top: Path) -> Iterator[int]:
+    for root, _dirs, files in os.walk(top):
+        for name in files:
+            try:
+                yield os.lstat(os.path.join(root, name)).st_size
+            except OSError:  # gone while counting
+                continue

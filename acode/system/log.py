@@ -68,7 +68,11 @@ def _append(paths: StatePaths, data: bytes) -> None:
                 # Not atomic (the shared lock is dropped first): checked again below.
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 if _is_current(fd, path) and os.fstat(fd).st_size + len(data) > limits.max_bytes:
-                    _rotate(path, limits.keep)
+                    try:
+                        _rotate(path, limits.keep)
+                    except OSError:  # an old file's name taken by a folder, say
+                        os.write(fd, data)  # a longer file rather than a lost line
+                        return
                 continue
             # One write(2) of one line with O_APPEND: lines from concurrent processes
             # never interleave, and a crash loses at most the line being written.

@@ -102,3 +102,15 @@ def test_two_processes_rotating_a_short_log_keep_only_whole_lines(tmp_path: Path
     for name in ("a", "b"):  # and none is there twice
         numbers = [int(str(r["n"])) for r in records if r["writer"] == name]
         assert len(numbers) == len(set(numbers))
+
+
+def test_a_rotation_that_cannot_rename_keeps_the_line(tmp_path: Path) -> None:
+    paths = StatePaths(tmp_path)
+    set_log_limits(paths, LogSettings(max_bytes=100, keep=1))
+    log_event(paths, "first", text="y" * 80)
+    (paths.logs / f"{LOG_NAME}.1").mkdir()
+    (paths.logs / f"{LOG_NAME}.1" / "x").write_bytes(b"")  # a folder a rename cannot replace
+    log_event(paths, "second", text="y" * 80)
+
+    lines = (paths.logs / LOG_NAME).read_text().splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["first", "second"]

@@ -48,7 +48,6 @@ __all__ = [
     "session_config",
     "start_session",
     "take_lock",
-    "tidy_staging",
 ]
 
 
@@ -173,7 +172,7 @@ def start_session(
         cleanup.callback(store.close)
         lock = take_lock(ws, session_id, clock)
         cleanup.callback(lock.release)
-        tidy_staging(ws.paths, store)
+        _tidy_staging(ws.paths, store)
         journal = new_session_journal(
             store,
             session_id=session_id,
@@ -211,7 +210,7 @@ def start_session(
     )
 
 
-def tidy_staging(paths: StatePaths, store: EventStore) -> None:
+def _tidy_staging(paths: StatePaths, store: EventStore) -> None:
     """Remove the empty staging folders of sessions that have ended (versions before 21
     left one behind, and so does a process killed between the end and the removal).
     A session that may resume keeps its folder: what it staged is evidence for the

@@ -25,6 +25,7 @@ __all__ = [
     "AcodeConfig",
     "AgentSettings",
     "EngineConfig",
+    "LogSettings",
     "ModelSettings",
     "Price",
     "ResumeSettings",
@@ -119,6 +120,14 @@ class SyncSettings:
 
 
 @dataclass(frozen=True)
+class LogSettings:
+    """The size of `.agent/state/logs/acode.jsonl` and how many old files stay (``log:``)."""
+
+    max_bytes: int = 10 * 1024 * 1024
+    keep: int = 5  # acode.jsonl.1 ... acode.jsonl.5; the oldest goes at the next rotation
+
+
+@dataclass(frozen=True)
 class AcodeConfig:
     """A workspace's settings, ``.agent/config.yml`` checked (docs/configuration.md)."""
 
@@ -127,6 +136,7 @@ class AcodeConfig:
     run: RunSettings = field(default_factory=RunSettings)
     sync: SyncSettings = field(default_factory=SyncSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
+    log: LogSettings = field(default_factory=LogSettings)
     # model name -> price; a model without an entry has no cost shown
     pricing: Mapping[str, Price] = field(default_factory=dict)
     # engine name -> how to run it; the defaults find each CLI on PATH
@@ -305,6 +315,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
         {"default_timeout_seconds": _timeout(), "max_output_bytes": _positive_int()},
     ),
     "sync": (SyncSettings, {"remote": _optional_text()}),
+    "log": (LogSettings, {"max_bytes": _positive_int(), "keep": _positive_int()}),
 }
 _TOP_LEVEL_SCALARS: dict[str, _Rule] = {
     "durability": _one_of("full", "normal"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from contextlib import ExitStack, suppress
@@ -10,15 +11,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from acode.domain.config import AcodeConfig, SyncSettings, config_hash, config_to_dict
+from acode.domain.config import (
+    AcodeConfig,
+    LogSettings,
+    SyncSettings,
+    config_hash,
+    config_to_dict,
+)
 from acode.domain.events import EventType, canonical_json
 from acode.domain.ids import uuid7
-from acode.domain.states import SessionState
+from acode.domain.states import SessionState, is_terminal
 from acode.engine.config import load_config
-from acode.errors import SessionNotFoundError
+from acode.errors import SessionNotFoundError, StorageError
 from acode.security.signing import load_signer
-from acode.store.base import open_store
+from acode.store.base import EventStore, open_store
 from acode.system.clock import Clock, SystemClock
+from acode.system.log import set_log_limits
 from acode.system.private_dirs import check_state_dir
 from acode.system.workspace import StatePaths, ensure_state_ignored
 
@@ -61,6 +69,7 @@ def open_workspace(workspace: Path | str = ".", config: AcodeConfig | None = Non
         paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     check_state_dir(paths.state_dir)
     ensure_state_ignored(paths.state_dir)
+    set_log_limits(paths, cfg.log)
     return Workspace(root=root, paths=paths, config=cfg)
 
 
@@ -79,8 +88,8 @@ def existing_workspace(workspace: Path | str = ".", config: AcodeConfig | None =
 def session_config(config: AcodeConfig) -> AcodeConfig:
     """The configuration as a session records it and resume compares it: where the
     workspace mirrors its sessions is not part of what a session does (and its URL may
-    hold a password), so it is left out."""
-    return replace(config, sync=SyncSettings())
+    hold a password), so it is left out, as is the size of the log."""
+    return replace(config, sync=SyncSettings(), log=LogSettings())
 
 
 def now_iso(clock: Clock) -> str:
@@ -163,6 +172,7 @@ def start_session(
         cleanup.callback(store.close)
         lock = take_lock(ws, session_id, clock)
         cleanup.callback(lock.release)
+        _tidy_staging(ws.paths, store)
         journal = new_session_journal(
             store,
             session_id=session_id,
@@ -198,6 +208,29 @@ def start_session(
         interrupts=interrupts,
         sync=open_sync_link(ws.paths, ws.config.sync.remote, session_id),
     )
+
+
+def _tidy_staging(paths: StatePaths, store: EventStore) -> None:
+    """Remove the empty staging folders of sessions that have ended (versions before 21
+    left one behind, and so does a process killed between the end and the removal).
+    A session that may resume keeps its folder: what it staged is evidence for the
+    rollback of its interrupted step."""
+    try:
+        names = os.listdir(paths.state_dir / "tmp")
+    except OSError:  # none yet
+        return
+    for name in names:
+        folder = paths.temp_dir(name)
+        try:
+            with os.scandir(folder) as entries:
+                if next(entries, None) is not None:
+                    continue
+            row = store.session(name)
+        except (OSError, StorageError):  # not a folder, or not a session of this workspace
+            continue
+        if row.archived or is_terminal(SessionState(row.state)):
+            with suppress(OSError):  # filled since, or gone: either way not ours to remove
+                os.rmdir(folder)
 
 
 def _kind(plan: Plan | None, agent_task: str | None) -> str:

@@ -10,6 +10,7 @@ from acode.domain.events import EventType
 from acode.domain.states import SessionState, can_transition, is_terminal
 from acode.engine.journal import Journal
 from acode.engine.progress_file import ProgressFile
+from acode.system.workspace import StatePaths
 
 __all__ = ["StateChanges"]
 
@@ -45,5 +46,7 @@ class StateChanges:
         if is_terminal(target):
             from acode.system.snapshot import prune_snapshots
 
-            # Snapshots exist for rolling back; a finished session never rolls back.
+            # Snapshots exist for rolling back; a finished session never rolls back, and
+            # what it staged for a write is evidence only for such a rollback.
             prune_snapshots(self._workspace, self._journal.session_id, keep_backups=True)
+            StatePaths(self._workspace).clear_temp(self._journal.session_id)

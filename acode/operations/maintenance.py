@@ -75,7 +75,7 @@ def locked_session(workspace: Path, id_or_prefix: str) -> Iterator[_Locked]:
 
 def discard_session(workspace: Path, id_or_prefix: str, *, reason: str | None = None) -> SessionRow:
     """Take a resumable session off the resumable list; its history stays readable."""
-    with locked_session(workspace, id_or_prefix) as (_, store, row, clock):
+    with locked_session(workspace, id_or_prefix) as (ws, store, row, clock):
         if is_terminal(SessionState(row.state)) or row.archived:
             raise UsageError(
                 f"session {row.short_id} is {'discarded' if row.archived else row.state} "
@@ -92,6 +92,8 @@ def discard_session(workspace: Path, id_or_prefix: str, *, reason: str | None = 
             ],
             archive=True,
         )
+        # Discarded, it is never resumed: nothing it staged is rolled back from.
+        ws.paths.clear_temp(row.id)
         return store.session(row.id)
 
 

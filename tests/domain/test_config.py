@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from acode.domain.config import (
     AcodeConfig,
+    LogSettings,
     ModelSettings,
     ResumeSettings,
     RunSettings,
@@ -239,3 +240,11 @@ def test_pricing_and_engines_are_mappings_of_checked_entries() -> None:
     assert "f: pricing.m: expected {input: ..., output: ...}, got 3" in message
     assert "pricing.n.inp: unknown key (did you mean 'input'?)" in message
     assert "engines.gpt: unknown key; known keys: claude, codex, aider, command" in message
+
+
+def test_the_log_section_sets_the_size_of_the_json_log() -> None:
+    assert AcodeConfig().log == LogSettings(max_bytes=10 * 1024 * 1024, keep=5)
+    cfg = parse_config({"log": {"max_bytes": 1000000, "keep": 2}}, SOURCE)
+    assert cfg.log == LogSettings(max_bytes=1000000, keep=2)
+    assert "log.keep: expected a positive whole number" in refused({"log": {"keep": 0}})
+    assert "log.max_size: unknown key" in refused({"log": {"max_size": 1}})

@@ -90,6 +90,10 @@ sync:
   remote: null                          # PostgreSQL URL of the team mirror; null = local only
                                         # (env ACODE_SYNC_DSN overrides)
 
+log:                                    # the JSON log, .agent/state/logs/acode.jsonl
+  max_bytes: 10485760                   # a file's size before it rotates
+  keep: 5                               # rotated files kept (acode.jsonl.1 ...)
+
 durability: full                        # full: fsync every commit | normal: faster, may lose
                                         # the last steps on power loss (never on a crash)
 """

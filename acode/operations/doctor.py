@@ -17,6 +17,7 @@ from pathlib import Path
 
 from acode.domain.config import ENGINE_CLIS, AcodeConfig, ModelSettings
 from acode.errors import AcodeError
+from acode.security.child_env import child_environment
 
 __all__ = ["Check", "ModelProbe", "Status", "diagnose", "failed"]
 
@@ -168,7 +169,7 @@ def state_dir_checks(state_dir: Path, locks: Path) -> list[Check]:
 
 def database_check(db: Path) -> tuple[Check, int | None]:
     """The database's check, and how many of its events no remote has received."""
-    from acode.store.sqlite.health import database_health
+    from acode.store.base import database_health
 
     if not db.exists():
         return Check("database", Status.OK, "no sessions yet"), None
@@ -217,6 +218,7 @@ def git_check(workspace: Path) -> Check:
     try:
         done = subprocess.run(
             [git, "-C", str(workspace), "rev-parse", "--is-inside-work-tree"],
+            env=child_environment(),
             capture_output=True,
             text=True,
             timeout=VERSION_TIMEOUT_S,
@@ -295,6 +297,7 @@ def _engine_check(name: str, config: AcodeConfig) -> Check:
     try:
         done = subprocess.run(
             [found, "--version"],
+            env=child_environment(),
             capture_output=True,
             text=True,
             timeout=VERSION_TIMEOUT_S,

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
         SessionRow,
         SyncStateRow,
     )
+    from acode.store.sqlite.health import DatabaseHealth
 
-__all__ = ["Durability", "EventStore", "open_store"]
+__all__ = ["Durability", "EventStore", "database_health", "open_store"]
 
 # ``full``: every commit survives power loss; ``normal``: the last ones may not (never a
 # process crash), for writes that can be lost, such as the sync bookkeeping.
@@ -262,3 +263,11 @@ def _sqlite(path: Path, durability: Durability) -> EventStore:
     from acode.store.sqlite.store import SqliteStore
 
     return SqliteStore.open(path, durability)
+
+
+def database_health(path: Path) -> DatabaseHealth:
+    """What `acode doctor` reads of the database file at ``path``, read-only: its
+    integrity, its schema version and its sync backlog (acode.store.sqlite.health)."""
+    from acode.store.sqlite.health import database_health as sqlite_health
+
+    return sqlite_health(path)

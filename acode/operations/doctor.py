@@ -75,27 +75,28 @@ def _version(parts: tuple[int, ...]) -> str:
 
 
 def python_check() -> Check:
-    found = _version(tuple(sys.version_info[:3]))
-    if sys.version_info[:2] < MIN_PYTHON:
-        return Check(
-            "python",
-            Status.FAIL,
-            f"{found}; acode needs {_version(MIN_PYTHON)} or newer",
-            f"install Python {_version(MIN_PYTHON)}+, then: python3 -m pip install acode",
-        )
-    return Check("python", Status.OK, f"{found} (needs {_version(MIN_PYTHON)}+)")
+    return _version_check(
+        "python",
+        sys.version_info[:3],
+        MIN_PYTHON,
+        f"install Python {_version(MIN_PYTHON)}+, then: python3 -m pip install acode",
+    )
 
 
 def sqlite_check() -> Check:
-    found = sqlite3.sqlite_version
-    if sqlite3.sqlite_version_info < MIN_SQLITE:
-        return Check(
-            "sqlite",
-            Status.FAIL,
-            f"{found}; acode needs {_version(MIN_SQLITE)} or newer",
-            "use a Python built with a newer SQLite (python.org and distribution builds are)",
-        )
-    return Check("sqlite", Status.OK, f"{found} (needs {_version(MIN_SQLITE)}+)")
+    return _version_check(
+        "sqlite",
+        sqlite3.sqlite_version_info,
+        MIN_SQLITE,
+        "use a Python built with a newer SQLite (python.org and distribution builds are)",
+    )
+
+
+def _version_check(name: str, found: tuple[int, ...], minimum: tuple[int, ...], fix: str) -> Check:
+    shown = _version(tuple(found))
+    if tuple(found)[: len(minimum)] < minimum:
+        return Check(name, Status.FAIL, f"{shown}; acode needs {_version(minimum)} or newer", fix)
+    return Check(name, Status.OK, f"{shown} (needs {_version(minimum)}+)")
 
 
 def key_check(have_sessions: bool) -> Check:

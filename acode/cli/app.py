@@ -459,7 +459,12 @@ def session_checkpoint(
 
 @app.command()
 def approve(
-    session_id: SessionArgument,
+    session_id: Annotated[
+        str | None,
+        typer.Argument(
+            help="Session id or a unique prefix of it (default: the one session waiting)."
+        ),
+    ] = None,
     workspace: WorkspaceOption = None,
     step: Annotated[
         str | None, typer.Option("--step", help="The approval step (default: the waiting one).")

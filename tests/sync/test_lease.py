@@ -19,9 +19,10 @@ import pytest
 
 import acode
 from acode.store.base import EventStore, open_store
-from acode.sync.notices import now_us
+from acode.sync.notices import NoticeKind, SyncNotice, now_us
 from acode.sync.pusher import push_session
 from acode.sync.remote import Lease, LeaseOutcome, connect_remote
+from acode.sync.worker import SyncWorker
 from acode.system.process_table import process_table_id, start_mark
 from tests.cli.conftest import wait_for
 from tests.sync.conftest import Mirror
@@ -167,7 +168,7 @@ RACER = """
 import json, os, sys, time
 from pathlib import Path
 from acode.store.base import open_store
-from acode.sync.notices import now_us
+from acode.sync.notices import NoticeKind, SyncNotice, now_us
 from acode.sync.pusher import push_session
 from acode.sync.remote import Lease, connect_remote
 from acode.system.process_table import process_table_id, start_mark
@@ -246,7 +247,7 @@ REUSED_PID = """
 import json, os, subprocess, sys, time
 from pathlib import Path
 from acode.store.base import open_store
-from acode.sync.notices import now_us
+from acode.sync.notices import NoticeKind, SyncNotice, now_us
 from acode.sync.pusher import push_session
 from acode.sync.remote import Lease, connect_remote
 from acode.system.process_table import process_table_id, start_mark
@@ -312,3 +313,31 @@ def test_a_holder_whose_pid_the_kernel_gave_to_another_process_is_taken_over(
     assert (found["reused"], found["running"]) == (True, True)  # the same pid, and it runs
     assert (found["replaced"], found["epoch"]) == (found["old"], 2)
     assert found["machine"] != process_table_id()  # another pid namespace: other processes
+
+
+def test_a_running_sessions_worker_takes_over_a_holder_here_that_ended(
+    mirror: Mirror, local: Local, ended: Lease
+) -> None:
+    # A session reopened without a resume (a work session's next command) asks for the
+    # lease only through its worker.
+    seen: list[SyncNotice] = []
+    me = _me()
+    worker = SyncWorker(
+        store_url=local.database,
+        dsn=mirror.dsn,
+        session_id=local.session_id,
+        lease=me,
+        report=seen.append,
+    )
+    worker.start()
+    try:
+        wait_for("the worker's lease", lambda: _row(mirror)[0] == me.token, timeout=30)
+    finally:
+        assert worker.close(10)
+
+    [notice] = seen
+    assert notice.kind is NoticeKind.LEASE_TAKEN_OVER
+    assert notice.holder is not None
+    assert notice.holder.startswith(f"pid {ended.pid} on host {ended.host} since ")
+    assert notice.epoch == 2
+    assert _row(mirror) == (None, None, None, None, 2)  # given back as it closed

@@ -73,11 +73,12 @@ def _this_process() -> Lease:
 
 
 def _held_elsewhere(lease: Lease, holder: LeaseHolder, short_id: str) -> SessionLockedError:
-    """The refusal of a resume whose session's lease another live process holds: one of
-    this machine (it runs: stop it, or wait), or of another (wait, maybe for the lapse)."""
+    """The refusal of a resume whose session's lease another process holds: one of this
+    machine that runs (stop it, or wait), or one of another machine, or one this process
+    cannot tell runs (wait, maybe for the lapse)."""
     expires = holder.expires.strftime("%Y-%m-%dT%H:%M:%SZ")
     named = f"the remote names {holder.describe()} as its holder (lease until {expires})"
-    if lease.here(holder):
+    if lease.runs_here(holder):
         return SessionLockedError(
             f"session {short_id} is running in another process of this machine: {named}",
             hint=f"wait for that run to end, or stop it (kill {holder.pid}); then run "

@@ -139,15 +139,18 @@ class Lease:
             return None
         return holder.machine == self.machine
 
+    def runs_here(self, holder: LeaseHolder) -> bool | None:
+        """Whether ``holder`` is a process of this machine that runs (False: one that no
+        longer does: its pid is free, or was given to another process since, which
+        started at another time); None when it is not known to be of this machine or
+        this process cannot tell."""
+        if self.here(holder) is not True or holder.started is None or self.start_of is None:
+            return None
+        return self.start_of(holder.pid) == holder.started
+
     def outlived(self, holder: LeaseHolder) -> bool:
-        """Whether ``holder`` is a process of this machine that no longer runs: its pid
-        is free, or was given to another process since (which started at another time)."""
-        return (
-            self.here(holder) is True
-            and holder.started is not None
-            and self.start_of is not None
-            and self.start_of(holder.pid) != holder.started
-        )
+        """Whether ``holder`` is a process of this machine that no longer runs."""
+        return self.runs_here(holder) is False
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ def test_a_live_holder_of_this_machine_keeps_the_lease(mirror: Mirror, local: Lo
 
         assert outcome.holder is not None
         assert (outcome.holder.pid, outcome.epoch, outcome.replaced) == (proc.pid, 0, None)
-        assert _me().here(outcome.holder) is True
+        assert _me().runs_here(outcome.holder) is True
         assert _row(mirror)[:2] == (holder.token, proc.pid)
     finally:
         proc.kill()

@@ -176,25 +176,33 @@ def test_a_pid_now_of_another_process_is_a_holder_that_ended(
     assert mirror.query("SELECT lease_holder, lease_epoch FROM acode.sessions") == [(None, 8)]
 
 
-@pytest.mark.parametrize("machine", ["another-boot/pid:[4026531836]", None])
-def test_a_holder_on_another_machine_is_waited_for_until_its_lease_lapses(
-    acode: Cli, mirror: Mirror, machine: str | None
+@pytest.mark.parametrize(
+    ("machine", "started", "where"),
+    [
+        ("another-boot/pid:[4026531836]", 1, "on another machine"),
+        (None, 1, "elsewhere"),  # an acode that did not record its machine
+        ("here", None, "elsewhere"),  # one of this machine that did not record its start
+    ],
+)
+def test_a_holder_that_cannot_be_checked_here_is_waited_for_until_its_lease_lapses(
+    acode: Cli, mirror: Mirror, machine: str | None, started: int | None, where: str
 ) -> None:
     short = _approved(acode)
     gone = subprocess.Popen(["true"])
     gone.wait()
-    # The same pid and start here mean nothing: the holder's machine is another (or, from an
-    # acode that did not record it, unknown).
-    _hold(mirror, pid=gone.pid, machine=machine, started=1)
+    # That its pid is free here tells nothing: it is another machine's, or of no machine
+    # or start that acode can check.
+    machine = process_table_id() if machine == "here" else machine
+    _hold(mirror, pid=gone.pid, machine=machine, started=started)
 
     refused = acode("resume", short, expect=16)
 
-    where = "on another machine" if machine else "elsewhere"
     assert refused.flat_err.startswith(
         f"error ACODE-RESUME-003: session {short} is running {where}: the remote names "
         f"pid {gone.pid} on host box since "
     ), refused.describe()
     assert "its lease lapses 30 s after its last renewal" in refused.flat_err
+    assert "(kill " not in refused.flat_err
     assert not (acode.workspace / "last.txt").exists()
 
     mirror.execute("UPDATE acode.sessions SET lease_expires = now() - interval '1 s'")

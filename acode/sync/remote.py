@@ -93,22 +93,6 @@ SELECT_SESSIONS = (
 
 
 @dataclass(frozen=True)
-class LeaseHolder:
-    """A lease as the remote records it."""
-
-    host: str
-    pid: int
-    since: datetime
-    expires: datetime
-    machine: str | None = None  # which processes ``pid`` is among (None: not said)
-    started: int | None = None  # when the holder started, in its machine's terms
-    epoch: int = 0  # how many holders the lease has had
-
-    def describe(self) -> str:
-        return f"pid {self.pid} on host {self.host} since {_iso(self.since)}"
-
-
-@dataclass(frozen=True)
 class Lease:
     """Who this process is, as a lease holder on the remote.
 
@@ -151,6 +135,22 @@ class Lease:
     def outlived(self, holder: LeaseHolder) -> bool:
         """Whether ``holder`` is a process of this machine that no longer runs."""
         return self.runs_here(holder) is False
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """A lease as the remote records it."""
+
+    host: str
+    pid: int
+    since: datetime
+    expires: datetime
+    machine: str | None = None  # which processes ``pid`` is among (None: not said)
+    started: int | None = None  # when the holder started, in its machine's terms
+    epoch: int = 0  # how many holders the lease has had
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on host {self.host} since {_iso(self.since)}"
 
 
 @dataclass(frozen=True)

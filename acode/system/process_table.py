@@ -62,16 +62,24 @@ def group_running(group: int) -> bool:
     return False
 
 
-def carrying(name: str, value: str, *, group: int | None = None) -> list[psutil.Process]:
+def carrying(
+    name: str, value: str, *, group: int | None = None, unless: tuple[str, str] | None = None
+) -> list[psutil.Process]:
     """The running processes (of process group ``group``; None: of any) whose environment
-    sets ``name`` to ``value``, among those whose environment can be read (this user's)."""
+    sets ``name`` to ``value``, among those whose environment can be read (this user's);
+    ``unless``: not those whose environment sets that name to another value."""
     import psutil
 
     found = []
     for proc in psutil.process_iter() if group is None else _in_group(group):
         with contextlib.suppress(psutil.Error):
+            environ = proc.environ()
+            if environ.get(name) != value:
+                continue
+            if unless is not None and environ.get(unless[0], unless[1]) != unless[1]:
+                continue
             # A zombie's environment reads empty: its status is asked of the few that match.
-            if proc.environ().get(name) == value and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found
 

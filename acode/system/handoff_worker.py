@@ -1,0 +1,100 @@
+"""The thread that pushes a running session's hand-off ref (and any other session's
+left behind in the workspace) while the session runs.
+
+A recorded step wakes it (``wake.set()``: the only cost on the step path). After a
+failure it waits out the back-off, and steps do not wake it early. The session never
+waits for it, except at its end: one last push, bounded by ``close(grace)``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from acode.domain.backoff import Backoff
+from acode.system.handoff_push import Pushed, push_refs, refs_to_push
+from acode.system.workspace import StatePaths
+
+__all__ = ["HandoffPusher"]
+
+# One attempt while the session runs; a remote that takes longer is tried again later.
+PUSH_TIMEOUT_SECONDS = 30.0
+
+
+class HandoffPusher:
+    def __init__(
+        self,
+        *,
+        workspace: Path,
+        remote: str,
+        report: Callable[[Pushed], None],
+        backoff: Backoff | None = None,
+        timeout: float = PUSH_TIMEOUT_SECONDS,
+    ) -> None:
+        self.wake = threading.Event()
+        self._workspace = workspace
+        self._paths = StatePaths(workspace)
+        self._remote = remote
+        self._report = report
+        self._backoff = backoff or Backoff()
+        self._timeout = timeout
+        self._retry_at = 0.0
+        self._failures = 0
+        self._final_timeout = timeout
+        self._closing = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="acode-handoff", daemon=True)
+
+    def start(self) -> None:
+        self.wake.set()  # what an earlier process left unpushed goes first
+        self._thread.start()
+
+    def close(self, grace: float) -> bool:
+        """One last push of what is left, waiting at most ``grace`` seconds; True when
+        it finished in time. What is left then waits for the next command."""
+        self._final_timeout = grace
+        self._closing.set()
+        self.wake.set()
+        return self._done.wait(grace + 0.5)
+
+    def _run(self) -> None:
+        try:
+            while not self._closing.is_set():
+                backing_off = self._retry_at - time.monotonic()
+                if backing_off > 0:
+                    self._closing.wait(backing_off)
+                    continue
+                self.wake.wait()
+                if self._closing.is_set():
+                    break
+                self.wake.clear()
+                self._attempt(self._timeout)
+            self._attempt(self._final_timeout)
+        finally:
+            self._done.set()
+
+    def _attempt(self, timeout: float) -> None:
+        try:
+            pending = refs_to_push(self._workspace, self._paths)
+            pushed = push_refs(
+                self._workspace,
+                self._paths,
+                self._remote,
+                pending,
+                timeout=timeout,
+                backoff=self._backoff,
+            )
+        except Exception as exc:  # a bug here must not end the thread unnoticed
+            pushed = Pushed((), f"internal error: {type(exc).__name__}: {exc}")
+        if pushed.reason is None:
+            self._failures, self._retry_at = 0, 0.0
+        else:
+            self._failures += 1
+            delay = self._backoff.delay(self._failures, random.random())
+            self._retry_at = time.monotonic() + delay
+        # A failure is told once, not at every retry; a push that worked, every time.
+        if pushed.session_ids or self._failures == 1:
+            self._report(pushed)

@@ -177,7 +177,7 @@ def _masked(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     # git's own verdicts say what went wrong; its advice after them is the same each time.
     said = [line for line in lines if line.startswith(("fatal:", "error:"))] or lines[-3:]
-    return redact(mask_credentials(" ".join(said)))[-_REASON_CHARS:]
+    return redact(mask_credentials("; ".join(said)))[-_REASON_CHARS:]
 
 
 def _run_push(workspace: Path, args: list[str], timeout: float) -> tuple[int, str, str]:

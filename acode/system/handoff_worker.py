@@ -1,8 +1,9 @@
 """The thread that pushes a running session's hand-off ref (and any other session's
 left behind in the workspace) while the session runs.
 
-A recorded step wakes it (``wake.set()``: the only cost on the step path). After a
-failure it waits out the back-off, and steps do not wake it early. The session never
+A recorded step wakes it (``wake.set()``: the only cost on the step path); records
+within a second of a push wait for the next one. After a failure it waits out the
+back-off, and steps do not wake it early. The session never
 waits for it, except at its end: one last push, bounded by ``close(grace)``.
 """
 
@@ -22,6 +23,9 @@ __all__ = ["HandoffPusher"]
 
 # One attempt while the session runs; a remote that takes longer is tried again later.
 PUSH_TIMEOUT_SECONDS = 30.0
+# Records closer together than this share one push: a push costs a few processes
+# (git, pack-objects, the remote's receive-pack), a step of quick writes far less.
+MIN_INTERVAL_SECONDS = 1.0
 
 
 class HandoffPusher:
@@ -33,6 +37,7 @@ class HandoffPusher:
         report: Callable[[Pushed], None],
         backoff: Backoff | None = None,
         timeout: float = PUSH_TIMEOUT_SECONDS,
+        min_interval: float = MIN_INTERVAL_SECONDS,
     ) -> None:
         self.wake = threading.Event()
         self._workspace = workspace
@@ -41,6 +46,8 @@ class HandoffPusher:
         self._report = report
         self._backoff = backoff or Backoff()
         self._timeout = timeout
+        self._min_interval = min_interval
+        self._last_attempt = float("-inf")
         self._retry_at = 0.0
         self._failures = 0
         self._final_timeout = timeout
@@ -71,12 +78,16 @@ class HandoffPusher:
                 if self._closing.is_set():
                     break
                 self.wake.clear()
+                pause = self._last_attempt + self._min_interval - time.monotonic()
+                if pause > 0 and self._closing.wait(pause):
+                    break
                 self._attempt(self._timeout)
             self._attempt(self._final_timeout)
         finally:
             self._done.set()
 
     def _attempt(self, timeout: float) -> None:
+        self._last_attempt = time.monotonic()
         try:
             pending = refs_to_push(self._workspace, self._paths)
             pushed = push_refs(

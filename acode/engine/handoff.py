@@ -58,7 +58,7 @@ FILE_KINDS = frozenset({"write", "edit", "run", "commit"})
 REF_MOVED_AUDIT = "acode.handoff.ref_moved"
 # How long the end of a session waits for its last push; the rest waits for the next
 # command in the workspace, or `acode sync`.
-GRACE_SECONDS = 5.0
+GRACE_SECONDS = 3.0
 
 
 class Handoff:
@@ -104,8 +104,8 @@ class Handoff:
                 attempt=attempt,
                 after_seq=journal.summary.seq,
             )
-        except AcodeError as exc:
-            # Another process moved the ref, or git failed: read it again next time.
+        except (AcodeError, OSError) as exc:
+            # Another process moved the ref, or git or the disk failed: read it again.
             self._last = read_ref(self._workspace, self._ref)
             log_event(
                 self._paths, "handoff_not_recorded", session_id=self._session_id, reason=str(exc)

@@ -25,6 +25,8 @@ def _short(commit: str | None) -> str:
 
 def handoff_summary(status: HandoffStatus) -> str:
     """The hand-off in a few words."""
+    if not status.in_git:
+        return "nothing to record: the workspace is not in a git repository"
     if status.recorded is None:
         return "nothing recorded yet"
     if status.unpushed == 0:
@@ -42,6 +44,8 @@ def handoff_lines(status: HandoffStatus | None, running: bool) -> list[str]:
     ``running``: a process holds the session (its pusher retries by itself)."""
     if status is None:
         return []
+    if not status.in_git:
+        return [f"Hand-off: {handoff_summary(status)}"]
     now = time.time_ns() // 1000
     lines = [
         f"Hand-off: {handoff_summary(status)}",
@@ -69,6 +73,8 @@ def handoff_lines(status: HandoffStatus | None, running: bool) -> list[str]:
 
 
 def _state(status: HandoffStatus) -> str:
+    if not status.in_git:
+        return "no_repository"
     if status.recorded is None:
         return "nothing_recorded"
     if status.unpushed == 0:

@@ -51,8 +51,8 @@ def run_sync(workspace: Path, *, wait: bool, timeout: float, as_json: bool) -> i
     if config.sync.remote is None and config.handoff.remote is None:
         raise UsageError(
             f"no remote is configured for {workspace}",
-            hint="set sync.remote (a PostgreSQL URL, docs/sync.md) or handoff.remote (a git "
-            "remote, docs/fleet.md) in .agent/config.yml",
+            hint="set sync.remote in .agent/config.yml or ACODE_SYNC_DSN to a PostgreSQL URL "
+            "(docs/sync.md), or handoff.remote to a git remote such as origin (docs/fleet.md)",
         )
     data: dict[str, Any] = {}
     code = 0

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from acode.domain.config import HandoffSettings
 from acode.domain.events import EventType
 from acode.errors import AcodeError
+from acode.system.git import is_work_tree
+from acode.system.git_command import run_git
 from acode.system.handoff_push import Pushed, read_state
 from acode.system.handoff_ref import (
     Recorded,
@@ -140,7 +142,8 @@ class Handoff:
         a ref one chain commit ahead of the newest ``worktree_recorded`` event gets its
         event; a ref behind it (or gone) is put back at the recorded commit. Anything
         else (a ref another machine moved) is left as it is, and logged."""
-        events = journal.store.events_of_type(journal.row, EventType.WORKTREE_RECORDED)
+        # Read through the history: each event is checked against the keyed chain.
+        events = journal.history.of_type(EventType.WORKTREE_RECORDED)
         named = events[-1].payload["commit"] if events else None
         found = read_ref(self._workspace, self._ref)
         at = found.commit if found is not None else None
@@ -179,8 +182,6 @@ class Handoff:
         self._last = found
 
     def _is_ancestor(self, old: str, new: str) -> bool:
-        from acode.system.git_command import run_git
-
         args = ["merge-base", "--is-ancestor", old, new]
         return run_git(self._workspace, args).returncode == 0
 
@@ -210,6 +211,7 @@ class HandoffStatus(NamedTuple):
     reason: str | None
     next_try_us: int | None
     conflict: bool
+    in_git: bool  # the workspace is in a git work tree: there is something to record
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
@@ -223,6 +225,7 @@ def handoff_status(
         return None
     ref = handoff_ref(row.id)
     found = read_ref(workspace, ref)
+    in_git = found is not None or is_work_tree(workspace)
     state = read_state(StatePaths(workspace), row.id)
     recorded = found.commit if found is not None else None
     if recorded is None:
@@ -243,6 +246,7 @@ def handoff_status(
         reason=state.reason,
         next_try_us=state.next_try_us,
         conflict=state.conflict,
+        in_git=in_git,
     )
 
 

@@ -31,7 +31,7 @@ from acode.domain.config import mask_credentials
 from acode.security.child_env import child_environment
 from acode.security.redaction import redact
 from acode.system.git_command import run_git
-from acode.system.handoff_ref import HANDOFF_REF_ROOT
+from acode.system.handoff_ref import HANDOFF_REF_ROOT, session_of_ref
 from acode.system.workspace import StatePaths
 
 __all__ = ["PushState", "Pushed", "push_refs", "read_state", "refs_to_push"]
@@ -58,10 +58,12 @@ class PushState(NamedTuple):
 
 class Pushed(NamedTuple):
     """How a push of several refs went: the sessions whose ref the remote now holds,
-    and the reason the others are not there (None: they all are)."""
+    the reason the others are not there (None: they all are), and when to try again
+    (µs since the epoch; None: not in the background, a person decides)."""
 
     session_ids: tuple[str, ...]
     reason: str | None
+    retry_at_us: int | None = None
 
 
 def _state_file(paths: StatePaths, session_id: str) -> Path:
@@ -101,7 +103,9 @@ def refs_to_push(workspace: Path, paths: StatePaths, *, conflicts: bool = False)
     pending: dict[str, str] = {}
     for line in result.stdout.splitlines():
         ref, _, commit = line.partition(" ")
-        session_id = ref.rpartition("/")[2]
+        session_id = session_of_ref(ref)
+        if session_id is None:
+            continue
         state = read_state(paths, session_id)
         if state.pushed != commit and (conflicts or not state.conflict):
             pending[session_id] = commit
@@ -127,6 +131,7 @@ def push_refs(
     lines = _porcelain(out)
     done: list[str] = []
     reasons: list[str] = []
+    retries: list[int] = []
     for sid, commit in pending.items():
         state = read_state(paths, sid)
         line = lines.get(f"{HANDOFF_REF_ROOT}/{sid}")
@@ -144,8 +149,10 @@ def push_refs(
             why = _masked(err) or f"git push exited with status {code}"
             state = _failed(state, now, why, backoff, conflict=False)
             reasons.append(why)
+        if state.next_try_us is not None:
+            retries.append(state.next_try_us)
         _write_state(paths, sid, state)
-    return Pushed(tuple(done), reasons[0] if reasons else None)
+    return Pushed(tuple(done), reasons[0] if reasons else None, min(retries, default=None))
 
 
 def _failed(

@@ -30,6 +30,7 @@ __all__ = [
     "move_ref",
     "read_ref",
     "record_worktree",
+    "session_of_ref",
     "steps_between",
 ]
 
@@ -44,6 +45,13 @@ _IDENTITY = {
     "GIT_COMMITTER_NAME": "acode",
     "GIT_COMMITTER_EMAIL": "acode@localhost",
 }
+
+
+def session_of_ref(ref: str) -> str | None:
+    """The session id ``ref`` is the hand-off ref of; None for any other ref (one a
+    person or another tool put under the same root)."""
+    root, _, session_id = ref.rpartition("/")
+    return session_id if root == HANDOFF_REF_ROOT and _SESSION_ID.fullmatch(session_id) else None
 
 
 def handoff_ref(session_id: str) -> str:

@@ -9,7 +9,6 @@ waits for it, except at its end: one last push, bounded by ``close(grace)``.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -49,7 +48,6 @@ class HandoffPusher:
         self._min_interval = min_interval
         self._last_attempt = float("-inf")
         self._retry_at = 0.0
-        self._failures = 0
         self._final_timeout = timeout
         self._closing = threading.Event()
         self._done = threading.Event()
@@ -72,7 +70,8 @@ class HandoffPusher:
             while not self._closing.is_set():
                 backing_off = self._retry_at - time.monotonic()
                 if backing_off > 0:
-                    self._closing.wait(backing_off)
+                    if not self._closing.wait(backing_off):
+                        self.wake.set()  # the retry is due, whether or not a step woke it
                     continue
                 self.wake.wait()
                 if self._closing.is_set():
@@ -99,13 +98,15 @@ class HandoffPusher:
                 backoff=self._backoff,
             )
         except Exception as exc:  # a bug here must not end the thread unnoticed
-            pushed = Pushed((), f"internal error: {type(exc).__name__}: {exc}")
-        if pushed.reason is None:
-            self._failures, self._retry_at = 0, 0.0
+            later = time.time_ns() // 1000 + int(self._backoff.cap * 1_000_000)
+            pushed = Pushed((), f"internal error: {type(exc).__name__}: {exc}", later)
+        failing = self._retry_at > 0
+        if pushed.retry_at_us is None:
+            self._retry_at = 0.0
         else:
-            self._failures += 1
-            delay = self._backoff.delay(self._failures, random.random())
-            self._retry_at = time.monotonic() + delay
+            # When the push record says, so that `acode status` tells the truth.
+            delay = (pushed.retry_at_us - time.time_ns() // 1000) / 1e6
+            self._retry_at = time.monotonic() + max(delay, self._backoff.first)
         # A failure is told once, not at every retry; a push that worked, every time.
-        if pushed.session_ids or self._failures == 1:
+        if pushed.session_ids or (pushed.reason is not None and not failing):
             self._report(pushed)

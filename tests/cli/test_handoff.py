@@ -285,3 +285,17 @@ def test_a_remote_that_is_no_plain_remote_name_is_refused_at_once(acode: Cli, va
     assert "s3cretToken" not in refused.err + refused.out
     assert not (ws / "pwned").exists()
     assert git(ws, "for-each-ref", "refs/acode") == ""
+
+
+def test_outside_a_git_repository_there_is_nothing_to_record_and_no_failure(
+    acode: Cli,
+) -> None:
+    acode.write(".agent/config.yml", "handoff:\n  remote: origin\n")
+    acode.write("plan.yml", plan_yaml("No git", '{id: w, write: a.txt, content: "a\\n"}'))
+
+    sid = acode("run", "plan.yml", "--json").json_lines()[0]["id"]
+
+    assert acode("status", sid, "--json").json()["handoff"]["status"] == "no_repository"
+    assert "Hand-off: nothing to record: the workspace is not in a git repository" in (
+        acode("status", sid).out
+    )

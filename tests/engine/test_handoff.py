@@ -4,7 +4,10 @@ history naming each commit, the ref put back in line on resume, the push's envir
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +146,25 @@ def test_git_push_gets_no_key_and_no_terminal_prompt(repo: Path, tmp_path: Path)
     assert SECRET not in env
     assert "ACODE_CHECKPOINT_SECRET" not in env
     assert "GIT_TERMINAL_PROMPT=0" in env
+
+
+def test_the_pusher_retries_by_itself_once_the_remote_is_back(repo: Path, tmp_path: Path) -> None:
+    late = tmp_path / "late.git"
+    git(repo, "remote", "set-url", "origin", str(late))
+
+    with acode.open_session("Retried", workspace=repo, config=_config(push=True)) as s:
+        s.write("w", "a.txt", "a\n")
+        ref = f"refs/acode/sessions/{s.id}"
+        state = repo / ".agent/state/handoff" / f"{s.id}.json"
+        _wait_for(lambda: state.exists() and json.loads(state.read_text())["failures"] >= 1)
+        git(tmp_path, "init", "--quiet", "--bare", str(late))
+        # No step wakes it: the retry is due after the back-off alone.
+        _wait_for(lambda: json.loads(state.read_text())["pushed"] is not None)
+        assert git(late, "rev-parse", ref) == git(repo, "rev-parse", ref)
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come true in time"
+        time.sleep(0.05)

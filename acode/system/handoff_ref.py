@@ -118,11 +118,16 @@ def record_worktree(
     parents = ["-p", last.commit] if last is not None else []
     if repo.head is not None:
         parents += ["-p", repo.head]
-    message = (
-        f"acode session {session_id[:8]}: work tree after step {step}\n\n"
-        f"Acode-Session: {session_id}\nAcode-Step: {step}\nAcode-Attempt: {attempt}\n"
-        f"Acode-After-Seq: {after_seq}\n" + (f"Acode-Head: {repo.head}\n" if repo.head else "")
-    )
+    # Attempt 0: recorded as the session ended or paused, not after a step.
+    what = f"after step {step}" if attempt else f"as the session stopped at {step}"
+    trailers = [
+        f"Acode-Session: {session_id}",
+        f"Acode-Step: {step}",
+        f"Acode-Attempt: {attempt}",
+        f"Acode-After-Seq: {after_seq}",
+        *([f"Acode-Head: {repo.head}"] if repo.head else []),
+    ]
+    message = f"acode session {session_id[:8]}: work tree {what}\n\n" + "\n".join(trailers)
     commit = git_bytes(workspace, ["commit-tree", tree, *parents, "-m", message], env=_IDENTITY)
     sha = commit.decode().strip()
     move_ref(workspace, ref, sha, last.commit if last is not None else None)

@@ -123,3 +123,42 @@ def test_a_kill_between_the_ref_and_its_event_is_repaired_by_resume(
     assert _git(remote, crash_env, "rev-parse", ref) == _git(ws, crash_env, "rev-parse", ref)
     # The history, repaired, still verifies under the key.
     assert cli.run("resume", sid).returncode == 15  # completed: terminal, nothing else
+
+
+def test_kills_at_both_points_in_turn_end_in_one_consistent_chain(
+    crash_env: dict[str, str], token: str, tmp_path: Path
+) -> None:
+    ws, remote = _workspace(tmp_path, crash_env)
+    plan_file = write_plan(PLAN, tmp_path / "plan.yaml")
+    moved = EventPoint("ref moved", "acode.handoff.ref_moved", "")
+    update = EventPoint("ref update", "subprocess.Popen", "'acode hand-off'")
+    run = [str(acode_bin()), "run", str(plan_file), "--json", "--workspace", str(ws)]
+
+    first = invoke(
+        run, crash_env, Kill("event", "kill", point=moved, nth=1), token=token, logs=tmp_path / "1"
+    )
+    assert first.killed, first.describe()
+    sid = json.loads(first.stdout.splitlines()[0])["id"]
+    resume = [str(acode_bin()), "resume", sid, "--workspace", str(ws)]
+    for n, point in enumerate((moved, update, moved), start=2):
+        again = invoke(
+            resume,
+            crash_env,
+            Kill("event", "kill", point=point, nth=1),
+            token=token,
+            logs=tmp_path / str(n),
+        )
+        assert again.killed, again.describe()
+
+    cli = ACodeCli(ws, crash_env)
+    done = cli.run("resume", sid)
+
+    assert done.returncode == 0, done.stderr
+    ref = f"refs/acode/sessions/{sid}"
+    history = json.loads(cli.run("session", "history", sid, "--json").stdout)
+    named = [e["payload"]["commit"] for e in history if e["type"] == "worktree_recorded"]
+    assert named == [c for c, _ in _chain(ws, crash_env, ref)]
+    assert _git(ws, crash_env, "rev-parse", f"{ref}^{{tree}}").strip() == _tree_on_disk(
+        ws, crash_env
+    )
+    assert _git(remote, crash_env, "rev-parse", ref) == _git(ws, crash_env, "rev-parse", ref)

@@ -16,6 +16,8 @@ from tests.crash.workload import ACodeCli, acode_bin, build_template, write_plan
 
 __all__: list[str] = []
 
+pytestmark = pytest.mark.crash
+
 PLAN = {
     "title": "Hand-off under kills",
     "tasks": [

@@ -298,7 +298,7 @@ def status(
     workspace: WorkspaceOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show a session's state, progress, lock and sync status."""
+    """Show a session's state, progress, lock, sync and hand-off status."""
     from acode.cli import inspect
 
     inspect.status(workspace_dir(workspace), session_id, as_json)
@@ -310,7 +310,8 @@ def sync(
     wait: Annotated[
         bool,
         typer.Option(
-            "--wait", help="Retry with back-off until every event is pushed or --timeout passes."
+            "--wait",
+            help="Retry with back-off until everything is pushed or --timeout passes.",
         ),
     ] = False,
     timeout: Annotated[
@@ -319,7 +320,7 @@ def sync(
     ] = 30.0,
     as_json: JsonOption = False,
 ) -> None:
-    """Push every session's pending events to the remote now; exit 1 while some wait."""
+    """Push every session's pending events and hand-off refs now; exit 1 while some wait."""
     from acode.cli.sync_command import run_sync
 
     code = run_sync(workspace_dir(workspace), wait=wait, timeout=timeout, as_json=as_json)

@@ -24,6 +24,7 @@ __all__ = [
     "print_sync_report",
     "status_sync_json",
     "status_sync_lines",
+    "sync_report_json",
     "sync_summary",
 ]
 
@@ -119,6 +120,10 @@ def _report_json(report: SyncReport, short: dict[str, str]) -> dict[str, Any]:
             for s in report.sessions
         ],
     }
+
+
+def sync_report_json(report: SyncReport, short: dict[str, str]) -> dict[str, Any]:
+    return _report_json(report, short)
 
 
 def print_sync_report(report: SyncReport, short: dict[str, str], as_json: bool) -> None:

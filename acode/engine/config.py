@@ -90,6 +90,10 @@ sync:
   remote: null                          # PostgreSQL URL of the team mirror; null = local only
                                         # (env ACODE_SYNC_DSN overrides)
 
+handoff:                                # the work tree travels by git (docs/fleet.md)
+  remote: null                          # a git remote of the workspace, e.g. origin; null = off
+  push: true                            # false: pushed only by `acode sync`
+
 log:                                    # the JSON log, .agent/state/logs/acode.jsonl
   max_bytes: 10485760                   # a file's size before it rotates
   keep: 5                               # rotated files kept (acode.jsonl.1 ...)

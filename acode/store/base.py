@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from acode.domain.events import Event, EventType
     from acode.domain.reducer import StepRecord
     from acode.store.records import (
+        ArchivedEvent,
+        ArchivedFile,
         Backlog,
         CheckpointRow,
         Commit,
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
         FileRow,
         FileTouch,
         MessageRow,
+        SessionImport,
         SessionRow,
         SyncStateRow,
     )
@@ -216,6 +219,33 @@ class EventStore(Protocol):
         """The remote committed every event up to ``seq``: never moves back."""
 
     def record_failure(self, sid: int, reason: str, now_us: int, next_retry_us: int) -> None: ...
+
+    # -- a whole session as stored, for archives (acode/operations/archive.py) --------
+
+    def stored_session(self, session_id: str) -> SessionRow | None:
+        """The session's row exactly as stored (its own ``updated_at``, no checkpoint's,
+        no current task or step, no short id); None when there is none."""
+
+    def stored_events(self, sid: int, after_seq: int, limit: int) -> list[ArchivedEvent]:
+        """Up to ``limit`` events after ``after_seq``, in order, as stored: with the
+        checkpoint each carries (its summary where it was written out, its signature)."""
+
+    def stored_files(self, sid: int) -> list[ArchivedFile]:
+        """The session's ``files`` rows with the event that recorded each, by path."""
+
+    def stored_old_checkpoints(self, sid: int) -> list[tuple[int, CheckpointRow]]:
+        """The checkpoints an acode before schema 4 kept in their own table, with their
+        slots, by slot."""
+
+    def held_blobs(self, shas: Sequence[str]) -> list[str]:
+        """Those of the file images ``shas`` the store holds, sorted."""
+
+    def import_session(self, imported: SessionImport) -> SessionRow:
+        """A whole session, exactly as an archive holds it, in one transaction: under a
+        new ``sid`` of the store's own, every other value as given. Blobs held already
+        are shared. A session id the store holds already is refused (``StorageError``),
+        as is anything the store cannot take: nothing is kept then. The caller has
+        verified the session (acode/operations/archive_import.py): the store does not."""
 
 
 def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> EventStore:

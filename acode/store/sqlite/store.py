@@ -27,14 +27,18 @@ from acode.domain.reducer import (
 from acode.errors import CheckpointError, ErrorCode, StorageError
 from acode.store.base import Durability
 from acode.store.records import (
+    ArchivedEvent,
+    ArchivedFile,
     CheckpointRow,
     Commit,
     FileFields,
     FileRow,
     FileTouch,
     MessageRow,
+    SessionImport,
     SessionRow,
 )
+from acode.store.sqlite import archive_rows
 from acode.store.sqlite.blobs import INSERT_BLOB, compress, get_blob
 from acode.store.sqlite.connection import atomic, connect, write_error
 from acode.store.sqlite.keys import SPAN as _SPAN
@@ -799,3 +803,33 @@ class SqliteStore(SyncBookkeeping):
 
     def blob(self, sha256: str) -> bytes:
         return get_blob(self.conn, sha256)
+
+    # -- a whole session, for archives (acode/operations/archive.py) ------------------
+
+    def stored_session(self, session_id: str) -> SessionRow | None:
+        return archive_rows.stored_session(self.conn, session_id)
+
+    def stored_events(self, sid: int, after_seq: int, limit: int) -> list[ArchivedEvent]:
+        return archive_rows.stored_events(self.conn, sid, after_seq, limit)
+
+    def stored_files(self, sid: int) -> list[ArchivedFile]:
+        return archive_rows.stored_files(self.conn, sid)
+
+    def stored_old_checkpoints(self, sid: int) -> list[tuple[int, CheckpointRow]]:
+        return archive_rows.stored_old_checkpoints(self.conn, sid)
+
+    def held_blobs(self, shas: Sequence[str]) -> list[str]:
+        return archive_rows.held_blobs(self.conn, shas)
+
+    def import_session(self, imported: SessionImport) -> SessionRow:
+        try:
+            with atomic(self.conn) as conn:
+                archive_rows.insert_session(conn, imported)
+        except sqlite3.Error as exc:
+            if self.stored_session(imported.session.id) is not None:
+                raise StorageError(
+                    f"session {imported.session.id} is in {self.path} already",
+                    hint="nothing was written",
+                ) from exc
+            raise write_error(self.path, exc) from exc
+        return self.session(imported.session.id)

@@ -65,7 +65,14 @@ def archive_session(
     target = check_export_target(output, force=force)
     signer = load_signer()
     with locked_session(workspace, id_or_prefix) as (_ws, store, row, _clock):
-        size, counts = write_archive(store, row, target, signer)
+        try:
+            size, counts = write_archive(store, row, target, signer)
+        except OSError as exc:
+            raise UsageError(
+                f"--output {output}: it cannot be written: {exc.strerror or exc}",
+                hint="name a file in a directory that exists and you may write to, on a "
+                "disk with room for it; no archive was left under that name",
+            ) from None
         return Archived(row=store.session(row.id), path=target, size=size, counts=counts)
 
 

@@ -7,7 +7,6 @@ import gzip
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,6 +17,7 @@ from acode.operations.archive import archive_session
 from acode.operations.archive_import import import_archive
 from acode.system.workspace import StatePaths
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.session_rows import session_rows
 
 TOKEN = "ghp_" + "k7Lm9Np2Qr" * 3 + "St4Uv5"
 
@@ -41,46 +41,6 @@ def library_session(workspace: Path) -> str:
             s.run("show", "echo more >> notes.txt", paths=["notes.txt"])
             s.read("again", "notes.txt")
         return s.id
-
-
-# Every table that holds rows of a session, and the column that names it.
-_TABLES = {
-    "sessions": "sid",
-    "events": "sid",
-    "steps": "sid",
-    "checkpoints": "sid",
-    "messages": "sid",
-    "step_ids": "sid",
-    "files": "sid",
-    "sync_state": "sid",
-}
-
-
-def session_rows(workspace: Path, session_id: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of the session in every table, without the store's own keys (sid and
-    the rowids made of it), and the blobs, decompressed."""
-    import zlib
-
-    conn = sqlite3.connect(StatePaths(workspace.resolve()).db)
-    try:
-        (sid,) = conn.execute("SELECT sid FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        found: dict[str, list[tuple[Any, ...]]] = {}
-        for table, column in _TABLES.items():
-            cursor = conn.execute(f"SELECT * FROM {table} WHERE {column} = ?", (sid,))
-            names = [d[0] for d in cursor.description]
-            kept = [
-                i
-                for i, n in enumerate(names)
-                if n != "sid" and (n != "id" or table in ("sessions", "checkpoints"))
-            ]
-            found[table] = sorted((tuple(r[i] for i in kept) for r in cursor), key=repr)
-        found["blobs"] = [
-            (sha, size, zlib.decompress(data))
-            for sha, size, data in conn.execute("SELECT sha256, size, data FROM blobs ORDER BY 1")
-        ]
-        return found
-    finally:
-        conn.close()
 
 
 def test_a_round_trip_gives_the_same_rows_and_the_same_bytes(

@@ -112,7 +112,7 @@ def archive_lines(
     """The archive's lines but its MAC: the header, then the body. ``counts`` is filled
     with what it holds before the header is made."""
     from acode import __version__
-    from acode.store.sqlite.migrations import available_migrations
+    from acode.store.base import schema_version
 
     stored = store.stored_session(row.id)
     if stored is None:
@@ -147,7 +147,7 @@ def archive_lines(
             "format": ARCHIVE_FORMAT,
             "v": ARCHIVE_VERSION,
             "acode": __version__,
-            "schema": len(available_migrations()),
+            "schema": schema_version(),
             "session": stored.id,
             "key_id": key_id,
             "counts": counts,

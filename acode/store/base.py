@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     )
     from acode.store.sqlite.health import DatabaseHealth
 
-__all__ = ["Durability", "EventStore", "database_health", "open_store"]
+__all__ = ["Durability", "EventStore", "database_health", "open_store", "schema_version"]
 
 # ``full``: every commit survives power loss; ``normal``: the last ones may not (never a
 # process crash), for writes that can be lost, such as the sync bookkeeping.
@@ -301,3 +301,11 @@ def database_health(path: Path) -> DatabaseHealth:
     from acode.store.sqlite.health import database_health as sqlite_health
 
     return sqlite_health(path)
+
+
+def schema_version() -> int:
+    """The schema version this acode's store is at (the SQLite migrations it runs): what
+    an archive's header names (acode/operations/archive.py)."""
+    from acode.store.sqlite.migrations import available_migrations
+
+    return available_migrations()[-1].number

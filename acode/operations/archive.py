@@ -73,7 +73,9 @@ def archive_session(
                 hint="name a file in a directory that exists and you may write to, on a "
                 "disk with room for it; no archive was left under that name",
             ) from None
-        return Archived(row=store.session(row.id), path=target, size=size, counts=counts)
+        return Archived(
+            row=store.session(row.id), path=target, size=size, counts=dict(sorted(counts.items()))
+        )
 
 
 def write_archive(

@@ -3,12 +3,17 @@ and the same bytes, and every change to an archive is refused before anything is
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import sqlite3
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import acode
 from acode.domain.config import AcodeConfig, ModelSettings
@@ -223,3 +228,57 @@ def test_an_existing_different_session_is_refused(workspace: Path, tmp_path: Pat
     with pytest.raises(ArchiveError) as caught:
         import_archive(workspace, path)
     assert caught.value.code is ErrorCode.ARCHIVE_SESSION_EXISTS
+
+
+_NAMES = st.sampled_from(["a.txt", "b.txt", "src/c.py"])
+_ACTIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), _NAMES, st.binary(max_size=3000)),
+        st.tuples(
+            st.just("python"),
+            st.just(""),
+            st.recursive(
+                st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                lambda inner: (
+                    st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+                ),
+                max_leaves=8,
+            ),
+        ),
+        st.tuples(st.just("read"), _NAMES, st.just(b"")),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _result(value: Any, ctx: object) -> Any:
+    return value
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actions=_ACTIONS, stop=st.booleans())
+def test_random_sessions_round_trip(actions: list[tuple[str, str, Any]], stop: bool) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        workspace, clone = root / "ws", root / "clone"
+        workspace.mkdir()
+        clone.mkdir()
+        session = acode.open_session("random", workspace)
+        with session as s:
+            for n, (kind, name, value) in enumerate(actions):
+                if kind == "write":
+                    s.write(f"w{n}", name, value)
+                elif kind == "python":
+                    s.step(f"p{n}", functools.partial(_result, value))
+                elif (workspace / name).exists():
+                    s.read(f"r{n}", name)
+            if stop:
+                s.pause("stopped by the test")  # resumable: left PAUSED
+        first, second = root / "1.gz", root / "2.gz"
+        archive_session(workspace, session.id, first)
+        import_archive(clone, first)
+        archive_session(clone, session.id, second)
+        assert second.read_bytes() == first.read_bytes()
+        assert session_rows(clone, session.id) == session_rows(workspace, session.id)

@@ -130,6 +130,22 @@ class ArchiveReader:
             self._peeked = None
             yield line
 
+    def skim(self) -> tuple[bytes, str]:
+        """After the header: every line hashed, none parsed but the last, which must be
+        the MAC's: (the digest of everything before the MAC, the MAC). What a file is
+        checked by before any of its rows is read, at the memory of one line."""
+        last = b""
+        while raw := self._line():
+            self.content.update(last)
+            last = raw
+        try:
+            record = json.loads(last) if last else None
+        except (ValueError, RecursionError):
+            record = None
+        if not isinstance(record, dict) or record.get("t") != "mac":
+            raise self.invalid("it does not end with its MAC: the file was cut short")
+        return self.content.digest(), field(self, record, "mac", str)
+
     def finish(self) -> tuple[bytes, str]:
         """After the last row: (the digest of everything before the MAC, the MAC); the
         file must end there."""
@@ -157,15 +173,22 @@ class ArchiveReader:
             # gzip's own: a truncated stream (EOFError), a damaged one (BadGzipFile, CRC).
             raise self.invalid(f"it is not a whole gzip file ({exc})") from None
 
-    def _read(self) -> dict[str, Any] | None:
+    def _line(self) -> bytes:
+        """The next whole line, b"" at the end of the file."""
         raw = self._readline(MAX_LINE + 1)
         if not raw:
-            return None
+            return raw
         self.number += 1
         if not raw.endswith(b"\n"):
             if len(raw) > MAX_LINE:
                 raise self.invalid(f"a line is longer than {MAX_LINE >> 20} MiB")
             raise self.invalid("it ends in the middle of a line: the file was cut short")
+        return raw
+
+    def _read(self) -> dict[str, Any] | None:
+        raw = self._line()
+        if not raw:
+            return None
         try:
             record = json.loads(raw)
         except (ValueError, RecursionError):

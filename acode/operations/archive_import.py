@@ -90,36 +90,56 @@ def read_archive(
     """Read the archive at ``path`` into the empty store ``scratch`` and verify it there:
     its MAC, then the session's history and every checkpoint. Returns its header, the
     digest of its body (what two archives of the same session share) and its blobs."""
+    # Twice: first the MAC over the whole file, one line at a time and none of it parsed,
+    # so that a file not made with the key is refused before anything of it is used;
+    # then its rows, into the scratch store, the MAC checked again over what was read.
     with open_archive(path) as stream:
         reader = ArchiveReader(path, stream)
         header = reader.header()
-        if header.key_id != signer.key_id:
-            raise ArchiveError(
-                f"{path} was made with another key (key {header.key_id}) than this one "
-                f"(key {signer.key_id}): it cannot be verified here, so it is not imported",
-                hint=f"both machines need the same key: copy {key_path()} from the machine "
-                f"that made it (mode 0600), or set {SECRET_ENV} to its key; nothing was imported",
-                code=ErrorCode.ARCHIVE_OTHER_KEY,
-            )
+        _check_key(header, signer, path)
+        _check_mac(*reader.skim(), signer, path)
+    with open_archive(path) as stream:
+        reader = ArchiveReader(path, stream)
+        if reader.header() != header:
+            raise _changed(path)
         blobs: list[str] = []
         parts = _Parts(reader, header, blobs)
         try:
             scratch.import_session(parts.session_import())
-        except StorageError as exc:
-            # The file's rows break the schema's rules (two events of one seq...).
-            raise reader.invalid(f"its rows do not fit together ({exc.message})") from None
-        content, mac = reader.finish()
-        if not hmac.compare_digest(signer.sign(mac_message(content)), mac):
-            raise ArchiveError(
-                f"{path} does not match its MAC: it was changed after it was made "
-                "(a byte edited, a line added, removed or moved)",
-                hint="nothing was imported; archive the session again from its workspace",
-                code=ErrorCode.ARCHIVE_TAMPERED,
-            )
+        except (StorageError, OverflowError, UnicodeError) as exc:
+            # Rows that break the schema's rules (two events of one seq, a number beyond
+            # 64 bits): only someone who holds the key can have made them.
+            raise reader.invalid(f"its rows do not fit together ({exc})") from None
+        _check_mac(*reader.finish(), signer, path)
         parts.check_counts()
         body = reader.body.digest()
     _verify(scratch, header.session_id, signer, path)
     return header, body, blobs
+
+
+def _check_key(header: Header, signer: Signer, path: Path) -> None:
+    if header.key_id != signer.key_id:
+        raise ArchiveError(
+            f"{path} was made with another key (key {header.key_id}) than this one "
+            f"(key {signer.key_id}): it cannot be verified here, so it is not imported",
+            hint=f"both machines need the same key: copy {key_path()} from the machine "
+            f"that made it (mode 0600), or set {SECRET_ENV} to its key; nothing was imported",
+            code=ErrorCode.ARCHIVE_OTHER_KEY,
+        )
+
+
+def _check_mac(content: bytes, mac: str, signer: Signer, path: Path) -> None:
+    if not hmac.compare_digest(signer.sign(mac_message(content)), mac):
+        raise _changed(path)
+
+
+def _changed(path: Path) -> ArchiveError:
+    return ArchiveError(
+        f"{path} does not match its MAC: it was changed after it was made "
+        "(a byte edited, a line added, removed or moved)",
+        hint="nothing was imported; archive the session again from its workspace",
+        code=ErrorCode.ARCHIVE_TAMPERED,
+    )
 
 
 def _verify(scratch: EventStore, session_id: str, signer: Signer, path: Path) -> None:

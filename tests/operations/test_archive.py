@@ -282,3 +282,79 @@ def test_random_sessions_round_trip(actions: list[tuple[str, str, Any]], stop: b
         archive_session(clone, session.id, second)
         assert second.read_bytes() == first.read_bytes()
         assert session_rows(clone, session.id) == session_rows(workspace, session.id)
+
+
+def signed(path: Path, new_lines: list[bytes]) -> None:
+    """``new_lines`` (the MAC's line left out) written as an archive with a MAC made with
+    the key: what only the key's holder can make."""
+    import hashlib
+
+    from acode.operations.archive_format import encode_line, mac_message
+    from acode.security.signing import load_signer
+
+    content = b"".join(new_lines)
+    mac = load_signer().sign(mac_message(hashlib.sha256(content).digest()))
+    path.write_bytes(gzip.compress(content + encode_line({"t": "mac", "mac": mac}), mtime=0))
+
+
+def edited(path: Path, kind: str, change: Any) -> list[bytes]:
+    """The archive's lines but its MAC, the ``kind`` lines passed through ``change``
+    (which returns the record, or None to leave it as it is)."""
+    out = []
+    for line in lines(path)[:-1]:
+        record = json.loads(line)
+        new = change(record) if record["t"] == kind else None
+        out.append(
+            line
+            if new is None
+            else json.dumps(new, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        )
+    return out
+
+
+def test_with_the_key_an_edited_event_is_still_caught_by_its_chain(
+    archived: Path, tmp_path: Path
+) -> None:
+    def change(record: dict[str, Any]) -> dict[str, Any] | None:
+        if record["seq"] != 3:
+            return None
+        return {**record, "ts": record["ts"] + 1}
+
+    signed(archived, edited(archived, "event", change))
+    error = refused(tmp_path, archived, ErrorCode.ARCHIVE_TAMPERED)
+    assert "does not verify" in error.message
+    assert "event 3" in error.message
+
+
+def test_with_the_key_every_checkpoint_signature_is_checked(archived: Path, tmp_path: Path) -> None:
+    """verify_history checks the newest checkpoints and those that wrote their summary
+    out; an import checks every one, the derived ones too."""
+    events = [json.loads(line) for line in lines(archived)[:-1]]
+    derived = [
+        e["seq"] for e in events if e["t"] == "event" and e["signature"] and not e["checkpoint"]
+    ]
+    assert len(derived) > 3
+    oldest = derived[0]  # neither among the newest two nor written out
+
+    def change(record: dict[str, Any]) -> dict[str, Any] | None:
+        return {**record, "signature": "00" * 16} if record["seq"] == oldest else None
+
+    signed(archived, edited(archived, "event", change))
+    error = refused(tmp_path, archived, ErrorCode.ARCHIVE_TAMPERED)
+    assert f"checkpoint at event {oldest}" in error.message
+
+
+def test_with_the_key_rows_that_break_the_schema_are_refused(
+    archived: Path, tmp_path: Path
+) -> None:
+    def change(record: dict[str, Any]) -> dict[str, Any] | None:
+        return {**record, "seq": 2} if record["seq"] == 3 else None
+
+    signed(archived, edited(archived, "event", change))
+    refused(tmp_path, archived, ErrorCode.ARCHIVE_INVALID)
+
+    def huge(record: dict[str, Any]) -> dict[str, Any] | None:
+        return {**record, "ts": 1 << 70} if record["seq"] == 3 else None
+
+    signed(archived, edited(archived, "event", huge))
+    refused(tmp_path, archived, ErrorCode.ARCHIVE_INVALID)

@@ -1,10 +1,11 @@
 """``acode session import``: an archive (acode/operations/archive.py) brought back into a
 workspace's store.
 
-Nothing is written to the store before everything is verified: the archive is read once
-into a scratch database beside it, its MAC checked under the user's key, the session's
-whole history verified there as ``acode resume --verify`` does, and every checkpoint's
-signature; only then is it copied into the store, in one transaction. The session keeps
+Nothing is written to the store before everything is verified: the archive's MAC is
+checked under the user's key over the whole file, none of it parsed; then it is read
+into a scratch database beside the store, the session's whole history verified there as
+``acode resume --verify`` does, and every checkpoint's signature; only then is it copied
+into the store, in one transaction. The session keeps
 its id, events, hashes and checkpoints; the store gives it a ``sid`` of its own.
 """
 

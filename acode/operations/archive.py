@@ -113,7 +113,8 @@ def archive_lines(
 ) -> Iterator[bytes]:
     """The archive's lines but its MAC: the header, then the body. ``counts`` is filled
     with what it holds before the header is made."""
-    from acode import __version__
+    from importlib.metadata import version
+
     from acode.store.base import schema_version
 
     stored = store.stored_session(row.id)
@@ -148,7 +149,8 @@ def archive_lines(
             "t": "archive",
             "format": ARCHIVE_FORMAT,
             "v": ARCHIVE_VERSION,
-            "acode": __version__,
+            # The package's, not acode.__version__: the package imports every layer.
+            "acode": version("acode"),
             "schema": schema_version(),
             "session": stored.id,
             "key_id": key_id,

@@ -75,9 +75,16 @@ def import_archive(workspace: Path, path: Path) -> Imported:
                 header, body, blobs = read_archive(path, scratch, signer)
                 verified = scratch.session(header.session_id)
                 existing = store.stored_session(header.session_id)
+                if existing is None:
+                    try:
+                        row = store.import_session(_copy(scratch, verified, blobs))
+                    except StorageError:
+                        # Another import of it won the race: compared below, like any.
+                        existing = store.stored_session(header.session_id)
+                        if existing is None:
+                            raise
                 if existing is not None:
                     return _present(store, existing, body, path, header)
-                row = store.import_session(_copy(scratch, verified, blobs))
             finally:
                 scratch.close()
     finally:

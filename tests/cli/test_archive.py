@@ -232,3 +232,12 @@ def test_archive_refusals(archived: tuple[str, Path], acode: Cli, tmp_path: Path
     inside = acode("session", "archive", session_id, "-o", ".agent/state/a.gz", expect=2)
     assert "state directory" in inside.flat_err
     acode("session", "archive", "0000", "-o", str(tmp_path / "x.gz"), expect=1)
+
+
+def test_imports_at_once_import_it_once(archived: tuple[str, Path], clone: Cli) -> None:
+    session_id, path = archived
+    clone.workspace.mkdir()
+    done = clone.many([["session", "import", str(path), "--json"]] * 3)
+    assert sorted(r.json()["imported"] for r in done) == [False, False, True]
+    assert session_count(clone.workspace) == 1
+    assert clone.sessions()[0]["id"] == session_id

@@ -54,7 +54,7 @@ def clone(tmp_path: Path, acode: Cli) -> Cli:
 
 def round_trip(acode: Cli, clone: Cli, session_id: str, tmp_path: Path) -> None:
     first, second = tmp_path / "first.acode.gz", tmp_path / "second.acode.gz"
-    done = acode("session", "archive", session_id[:8], "-o", str(first), "--json").json()
+    done = acode("session", "archive", session_id[:13], "-o", str(first), "--json").json()
     assert done["id"] == session_id
     assert done["bytes"] == first.stat().st_size
     clone.workspace.mkdir(exist_ok=True)
@@ -241,3 +241,16 @@ def test_imports_at_once_import_it_once(archived: tuple[str, Path], clone: Cli) 
     assert sorted(r.json()["imported"] for r in done) == [False, False, True]
     assert session_count(clone.workspace) == 1
     assert clone.sessions()[0]["id"] == session_id
+
+
+def test_work_session_ledgers_round_trip(acode: Cli, clone: Cli, tmp_path: Path) -> None:
+    acode.workspace.mkdir(exist_ok=True)
+    acode("settings", "set", "ai_stacking_mode", "handsoff")  # acode records, no engine runs
+    acode("task", "add", "Implement feature X")
+    cookie = acode("work", "task", "task-001", "--json").json()["cookie"]
+    acode("wsession", "breadcrumb", "add", "--cookie", cookie, "--message", "Found validate")
+    ledgers = acode("session", "list", "--all", "--json").json()
+    assert len(ledgers) >= 2  # the tasks' ledger and the work session's
+    for n, ledger in enumerate(ledgers):
+        (tmp_path / str(n)).mkdir()
+        round_trip(acode, clone, ledger["id"], tmp_path / str(n))

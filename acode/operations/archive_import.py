@@ -43,7 +43,7 @@ from acode.store.records import (
     SyncStateRow,
 )
 
-__all__ = ["Imported", "import_archive", "read_archive"]
+__all__ = ["Imported", "check_archive", "import_archive", "read_archive"]
 
 _STATUS = {s.value: s for s in StepStatus}
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -65,6 +65,7 @@ def import_archive(workspace: Path, path: Path) -> Imported:
     from acode.security.signing import load_signer
 
     signer = load_signer()
+    header = check_archive(path, signer)  # before the workspace's state is even made
     ws = open_workspace(workspace)
     store = open_store(ws.paths.db, ws.config.durability)
     try:
@@ -72,7 +73,7 @@ def import_archive(workspace: Path, path: Path) -> Imported:
         with tempfile.TemporaryDirectory(prefix=".import-", dir=ws.paths.state_dir) as scratch_dir:
             scratch = open_store(Path(scratch_dir) / "scratch.db", "normal")
             try:
-                header, body, blobs = read_archive(path, scratch, signer)
+                body, blobs = read_archive(path, header, scratch, signer)
                 verified = scratch.session(header.session_id)
                 existing = store.stored_session(header.session_id)
                 if existing is None:
@@ -92,20 +93,27 @@ def import_archive(workspace: Path, path: Path) -> Imported:
     return Imported(row=row, new=True, counts=header.counts)
 
 
-def read_archive(
-    path: Path, scratch: EventStore, signer: Signer
-) -> tuple[Header, bytes, list[str]]:
-    """Read the archive at ``path`` into the empty store ``scratch`` and verify it there:
-    its MAC, then the session's history and every checkpoint. Returns its header, the
-    digest of its body (what two archives of the same session share) and its blobs."""
-    # Twice: first the MAC over the whole file, one line at a time and none of it parsed,
-    # so that a file not made with the key is refused before anything of it is used;
-    # then its rows, into the scratch store, the MAC checked again over what was read.
+def check_archive(path: Path, signer: Signer) -> Header:
+    """The header of the archive at ``path`` once its MAC holds under ``signer``'s key:
+    the whole file read once through, one line at a time, none of it parsed but the
+    header and the MAC's line, so that a file not made with the key is refused before
+    anything of it is used."""
     with open_archive(path) as stream:
         reader = ArchiveReader(path, stream)
         header = reader.header()
         _check_key(header, signer, path)
         _check_mac(*reader.skim(), signer, path)
+    return header
+
+
+def read_archive(
+    path: Path, header: Header, scratch: EventStore, signer: Signer
+) -> tuple[bytes, list[str]]:
+    """Read the archive at ``path``, whose ``check_archive`` gave ``header``, into the
+    empty store ``scratch`` and verify it there: the MAC again over what is read (the
+    file may have changed since), then the session's history and every checkpoint.
+    Returns the digest of its body (what two archives of the same session share) and
+    its blobs."""
     with open_archive(path) as stream:
         reader = ArchiveReader(path, stream)
         if reader.header() != header:
@@ -122,7 +130,7 @@ def read_archive(
         parts.check_counts()
         body = reader.body.digest()
     _verify(scratch, header.session_id, signer, path)
-    return header, body, blobs
+    return body, blobs
 
 
 def _check_key(header: Header, signer: Signer, path: Path) -> None:

@@ -167,6 +167,7 @@ def test_another_key_is_told_apart(
     monkeypatch.setenv("ACODE_CHECKPOINT_SECRET", "another machine's key")
     error = refused(tmp_path, archived, ErrorCode.ARCHIVE_OTHER_KEY)
     assert "same key" in (error.hint or "")
+    assert not (tmp_path / "target" / ".agent").exists()  # not even acode's state is made
 
 
 def test_a_truncated_file_is_refused(archived: Path, tmp_path: Path) -> None:
@@ -174,6 +175,7 @@ def test_a_truncated_file_is_refused(archived: Path, tmp_path: Path) -> None:
     for cut in (len(data) - 1, len(data) // 2, 20, 0):
         archived.write_bytes(data[:cut])
         refused(tmp_path, archived, ErrorCode.ARCHIVE_INVALID)
+    assert not (tmp_path / "target" / ".agent").exists()
 
 
 def test_a_file_that_is_not_an_archive_is_refused(tmp_path: Path) -> None:

@@ -30,9 +30,9 @@ from acode.operations.archive_format import (
 )
 from acode.security.signing import Signer
 from acode.store.base import EventStore
-from acode.store.records import SessionRow
+from acode.store.records import ArchivedEvent, SessionRow
 
-__all__ = ["Archived", "archive_lines", "archive_session", "write_archive"]
+__all__ = ["Archived", "archive_lines", "archive_session", "stored_events", "write_archive"]
 
 # A file image is named by its SHA-256 in hex wherever a row refers to one: an event's
 # pre- and post-image, a snapshot's files, a read's result, a `files` row.
@@ -134,10 +134,9 @@ def archive_lines(
     files = store.stored_files(sid)
     referenced = {f.sha256 for f in files if f.sha256}
     events = 0
-    for page in _event_pages(store, sid):
-        events += len(page)
-        for e in page:
-            referenced.update(_SHA256.findall(e.payload))
+    for e in stored_events(store, sid):
+        events += 1
+        referenced.update(_SHA256.findall(e.payload))
     for m in messages:
         referenced.update(_SHA256.findall(m.content))
     blobs = store.held_blobs(sorted(referenced))
@@ -184,21 +183,20 @@ def archive_lines(
     sync = store.sync_state(sid)
     if sync != type(sync)():
         yield _line({"t": "sync", **sync._asdict()})
-    for page in _event_pages(store, sid):
-        for e in page:
-            yield _line(
-                {
-                    "t": "event",
-                    "seq": e.seq,
-                    "event_id": e.event_id,
-                    "ts": e.ts,
-                    "type": e.type,
-                    "payload": e.payload,
-                    "hash": e.hash.hex(),
-                    "checkpoint": e.checkpoint,
-                    "signature": None if e.signature is None else e.signature.hex(),
-                }
-            )
+    for e in stored_events(store, sid):
+        yield _line(
+            {
+                "t": "event",
+                "seq": e.seq,
+                "event_id": e.event_id,
+                "ts": e.ts,
+                "type": e.type,
+                "payload": e.payload,
+                "hash": e.hash.hex(),
+                "checkpoint": e.checkpoint,
+                "signature": None if e.signature is None else e.signature.hex(),
+            }
+        )
     for s in steps:
         yield _line(
             {
@@ -240,10 +238,11 @@ def archive_lines(
             yield _line({"t": "chunk", "data": chunk})
 
 
-def _event_pages(store: EventStore, sid: int) -> Iterator[list[Any]]:
+def stored_events(store: EventStore, sid: int) -> Iterator[ArchivedEvent]:
+    """Every event of session ``sid`` as stored, read a page at a time."""
     after = 0
     while page := store.stored_events(sid, after, _PAGE):
-        yield page
+        yield from page
         after = page[-1].seq
 
 

@@ -11,6 +11,7 @@ its id, events, hashes and checkpoints; the store gives it a ``sid`` of its own.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import re
 import tempfile
@@ -21,6 +22,7 @@ from typing import Any, NamedTuple
 from acode.domain.chain import CHAIN_VERSION
 from acode.domain.reducer import StepRecord, StepStatus
 from acode.errors import AcodeError, ArchiveError, ErrorCode, StorageError
+from acode.operations.archive import archive_lines, stored_events
 from acode.operations.archive_format import (
     ArchiveReader,
     Header,
@@ -223,10 +225,6 @@ def _present(
 ) -> Imported:
     """The store holds the session already: identical to the archive, that is done
     (an import run again); otherwise it is refused, whichever is newer."""
-    import hashlib
-
-    from acode.operations.archive import archive_lines
-
     digest = hashlib.sha256()
     lines = archive_lines(store, existing, header.key_id, {})
     next(lines)  # the header: it names the acode that made it
@@ -253,7 +251,7 @@ def _copy(scratch: EventStore, row: SessionRow, blobs: list[str]) -> SessionImpo
     return SessionImport(
         session=stored,
         sync_state=None if sync == SyncStateRow() else sync,
-        events=_pages(scratch, sid),
+        events=stored_events(scratch, sid),
         steps=scratch.step_rows(sid),
         old_checkpoints=scratch.stored_old_checkpoints(sid),
         messages=scratch.messages(sid),
@@ -261,13 +259,6 @@ def _copy(scratch: EventStore, row: SessionRow, blobs: list[str]) -> SessionImpo
         files=scratch.stored_files(sid),
         blobs=((sha, scratch.blob(sha)) for sha in blobs),
     )
-
-
-def _pages(store: EventStore, sid: int) -> Iterator[ArchivedEvent]:
-    after = 0
-    while page := store.stored_events(sid, after, _PAGE):
-        yield from page
-        after = page[-1].seq
 
 
 class _Parts:
@@ -406,8 +397,6 @@ class _Parts:
         )
 
     def _blobs(self) -> Iterator[tuple[str, bytes]]:
-        import hashlib
-
         r = self.r
         self.seen["blobs"] = 0
         for line in r.each("blob"):

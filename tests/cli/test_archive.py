@@ -254,3 +254,68 @@ def test_work_session_ledgers_round_trip(acode: Cli, clone: Cli, tmp_path: Path)
     for n, ledger in enumerate(ledgers):
         (tmp_path / str(n)).mkdir()
         round_trip(acode, clone, ledger["id"], tmp_path / str(n))
+
+
+def _peak_kib(env: dict[str, str], cwd: Path, *args: str) -> tuple[int, str]:
+    """acode run with ``args`` in a process of its own: the peak resident memory of it
+    (KiB) and its standard error."""
+    import sys
+
+    from tests.cli.conftest import ACODE
+
+    probe = (
+        "import resource, subprocess, sys\n"
+        "done = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "print(done.returncode)\n"
+        "print(done.stderr)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe, ACODE, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    peak, code, err = ran.stdout.split("\n", 2)
+    assert int(code) == 1, err
+    return int(peak), err
+
+
+def test_a_gzip_bomb_costs_one_line_of_memory(acode: Cli, tmp_path: Path) -> None:
+    """A small file that decompresses to 600 MiB of lines, or to one line of 600 MiB, is
+    refused without holding it: the MAC is checked a line at a time, and a line longer
+    than 64 MiB is refused unread (reading those 64 MiB costs about twice that)."""
+    from acode.security.signing import Signer
+
+    acode.workspace.mkdir(exist_ok=True)
+    secret = acode.env["ACODE_CHECKPOINT_SECRET"].encode()
+    header = {
+        "t": "archive",
+        "format": "acode-archive",
+        "v": 1,
+        "acode": "0.1.0",
+        "schema": 7,
+        "session": "01a21bd1-1bc5-7d19-a38b-ffd2202267fd",
+        "key_id": Signer(secret).key_id,  # this machine's: the file is read through
+        "counts": {},
+    }
+    first = json.dumps(header).encode() + b"\n"
+    many, long = tmp_path / "many.gz", tmp_path / "long.gz"
+    chunk = b'{"t":"chunk","data":"' + b"A" * (1 << 20) + b'"}\n'
+    with gzip.open(many, "wb", compresslevel=1) as out:
+        out.write(first)
+        for _ in range(600):
+            out.write(chunk)
+        out.write(b'{"t":"mac","mac":"00"}\n')
+    with gzip.open(long, "wb", compresslevel=1) as out:
+        out.write(first + b'{"t":"chunk","data":"')
+        for _ in range(600):
+            out.write(b"A" * (1 << 20))
+    assert many.stat().st_size + long.stat().st_size < 16 << 20
+    for bomb, problem in ((many, "ACODE-ARCHIVE-003"), (long, "longer than 64 MiB")):
+        peak, err = _peak_kib(acode.env, acode.workspace, "session", "import", str(bomb))
+        assert problem in err
+        assert peak < 256 * 1024, f"{bomb.name}: {peak} KiB"

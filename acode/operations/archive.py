@@ -29,8 +29,9 @@ from acode.operations.archive_format import (
     mac_message,
 )
 from acode.security.signing import Signer
+from acode.store.archive_records import ArchivedEvent
 from acode.store.base import EventStore
-from acode.store.records import ArchivedEvent, SessionRow
+from acode.store.records import SessionRow
 
 __all__ = ["Archived", "archive_lines", "archive_session", "stored_events", "write_archive"]
 

@@ -34,16 +34,9 @@ from acode.operations.archive_format import (
     optional,
 )
 from acode.security.signing import SECRET_ENV, Signer, key_path
+from acode.store.archive_records import ArchivedEvent, ArchivedFile, SessionImport
 from acode.store.base import EventStore, open_store
-from acode.store.records import (
-    ArchivedEvent,
-    ArchivedFile,
-    CheckpointRow,
-    MessageRow,
-    SessionImport,
-    SessionRow,
-    SyncStateRow,
-)
+from acode.store.records import CheckpointRow, MessageRow, SessionRow, SyncStateRow
 
 __all__ = ["Imported", "check_archive", "import_archive", "read_archive"]
 

@@ -20,9 +20,8 @@ from acode.errors import StoreUrlError
 if TYPE_CHECKING:
     from acode.domain.events import Event, EventType
     from acode.domain.reducer import StepRecord
+    from acode.store.archive_records import ArchivedEvent, ArchivedFile, SessionImport
     from acode.store.records import (
-        ArchivedEvent,
-        ArchivedFile,
         Backlog,
         CheckpointRow,
         Commit,
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
         FileRow,
         FileTouch,
         MessageRow,
-        SessionImport,
         SessionRow,
         SyncStateRow,
     )

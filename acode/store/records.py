@@ -7,22 +7,19 @@ cheaper to define, which every process start pays for each class (docs/architect
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from acode.domain.events import Event
 from acode.domain.reducer import StepRecord
 
 __all__ = [
-    "ArchivedEvent",
-    "ArchivedFile",
     "Backlog",
     "CheckpointRow",
     "Commit",
     "FileFields",
     "FileRow",
     "MessageRow",
-    "SessionImport",
     "SessionRow",
     "SyncStateRow",
 ]
@@ -156,47 +153,3 @@ class Backlog(NamedTuple):
         be known without asking it)."""
         held = self.synced_seq if remote_id in (None, self.remote_id) else 0
         return max(0, self.last_seq - held)
-
-
-class ArchivedEvent(NamedTuple):
-    """An event's row as stored, with the checkpoint taken at it (``checkpoint``: its
-    summary, None where it is derived or none was taken; ``signature``: its tag, None
-    where none was taken): what an archive holds (acode/operations/archive.py)."""
-
-    seq: int
-    event_id: str
-    ts: int
-    type: str
-    payload: str
-    hash: bytes
-    checkpoint: str | None
-    signature: bytes | None
-
-
-class ArchivedFile(NamedTuple):
-    """A ``files`` row as stored: a FileRow and the event that recorded it."""
-
-    path: str
-    sha256: str | None
-    size: int | None
-    mtime_ns: int | None
-    ctime_ns: int | None
-    ino: int | None
-    seq: int
-
-
-class SessionImport(NamedTuple):
-    """A whole session as an archive brings it (``EventStore.import_session``): its row
-    (``sid`` and ``short_id`` are the store's own, ignored) and every row of every table
-    it has, read in the order of these fields, each once, so that an archive read as a
-    stream is never held whole."""
-
-    session: SessionRow
-    sync_state: SyncStateRow | None  # None: the session was never mirrored
-    events: Iterable[ArchivedEvent]
-    steps: Iterable[StepRecord]
-    old_checkpoints: Iterable[tuple[int, CheckpointRow]]  # (slot, checkpoint)
-    messages: Iterable[MessageRow]
-    step_ids: Iterable[str]
-    files: Iterable[ArchivedFile]
-    blobs: Iterable[tuple[str, bytes]]

@@ -29,14 +29,13 @@ from acode.domain.events import Event, EventType
 from acode.domain.ids import uuid7
 from acode.domain.reducer import StepRecord, StepStatus
 from acode.errors import ErrorCode, StorageError
+from acode.store.archive_records import ArchivedFile, SessionImport
 from acode.store.base import EventStore, open_store
 from acode.store.records import (
-    ArchivedFile,
     CheckpointRow,
     Commit,
     FileRow,
     MessageRow,
-    SessionImport,
     SessionRow,
     SyncStateRow,
 )

@@ -8,13 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from acode.domain.ids import uuid_bytes, uuid_text
-from acode.store.records import (
-    ArchivedEvent,
-    ArchivedFile,
-    CheckpointRow,
-    SessionImport,
-    SessionRow,
-)
+from acode.store.archive_records import ArchivedEvent, ArchivedFile, SessionImport
+from acode.store.records import CheckpointRow, SessionRow
 from acode.store.sqlite.blobs import INSERT_BLOB, compress
 from acode.store.sqlite.keys import key
 

@@ -432,6 +432,43 @@ def session_export(
     inspect.session_export(workspace_dir(workspace), session_id, fmt, output, force=force)
 
 
+@session_app.command("archive")
+def session_archive(
+    session_id: SessionArgument,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The archive file to write (never inside .agent/state).",
+        ),
+    ],
+    workspace: WorkspaceOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the --output file if it exists.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a stopped session, whole and signed, unredacted, to a file `session import`
+    takes back (events, checkpoints, file images)."""
+    from acode.cli.archive_command import session_archive as archive
+
+    archive(workspace_dir(workspace), session_id, output, force=force, as_json=as_json)
+
+
+@session_app.command("import")
+def session_import(
+    archive: Annotated[Path, typer.Argument(help="An archive `acode session archive` wrote.")],
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Verify an archive (its MAC, the session's history, every checkpoint), then add its
+    session to this workspace, all or nothing."""
+    from acode.cli.archive_command import session_import as import_
+
+    import_(workspace_dir(workspace), archive, as_json=as_json)
+
+
 @session_app.command("discard")
 def session_discard(
     session_id: SessionArgument, workspace: WorkspaceOption = None, as_json: JsonOption = False

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from acode.domain.config import (
     AcodeConfig,
     LogSettings,
+    RetentionSettings,
     SyncSettings,
     config_hash,
     config_to_dict,
@@ -88,8 +89,9 @@ def existing_workspace(workspace: Path | str = ".", config: AcodeConfig | None =
 def session_config(config: AcodeConfig) -> AcodeConfig:
     """The configuration as a session records it and resume compares it: where the
     workspace mirrors its sessions is not part of what a session does (and its URL may
-    hold a password), so it is left out, as is the size of the log."""
-    return replace(config, sync=SyncSettings(), log=LogSettings())
+    hold a password), so it is left out, as are the size of the log and how long ended
+    sessions stay."""
+    return replace(config, sync=SyncSettings(), log=LogSettings(), retention=RetentionSettings())
 
 
 def now_iso(clock: Clock) -> str:

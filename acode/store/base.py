@@ -11,7 +11,7 @@ names a backend, a connection or SQL. ``open_store`` picks the backend from a UR
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -28,10 +28,13 @@ if TYPE_CHECKING:
         FileRow,
         FileTouch,
         MessageRow,
+        PruneCost,
+        PrunedRow,
         SessionRow,
         SyncStateRow,
     )
     from acode.store.sqlite.health import DatabaseHealth
+    from acode.store.sqlite.pruning import Reclaimed
 
 __all__ = ["Durability", "EventStore", "database_health", "open_store"]
 
@@ -216,6 +219,33 @@ class EventStore(Protocol):
         """The remote committed every event up to ``seq``: never moves back."""
 
     def record_failure(self, sid: int, reason: str, now_us: int, next_retry_us: int) -> None: ...
+
+    # -- pruning whole sessions (acode.operations.prune) ----------------------------
+
+    def prune_cost(self, sessions: Sequence[SessionRow]) -> PruneCost:
+        """What pruning ``sessions`` would remove: events, bytes, unshared file images."""
+
+    def prune(
+        self,
+        sessions: Sequence[SessionRow],
+        *,
+        now_us: int,
+        key_id: str,
+        sign: Callable[[bytes], bytes],
+        files_left: int,
+    ) -> list[PrunedRow]:
+        """Remove ``sessions`` whole and record each (signed), in one transaction."""
+
+    def pruned_with_prefix(self, prefix: str) -> list[PrunedRow]:
+        """The records of pruned sessions whose id starts with ``prefix``."""
+
+    def pending_file_removals(self) -> list[PrunedRow]:
+        """Pruned sessions whose files outside the store are still to remove."""
+
+    def files_removed(self, session_id: str) -> None: ...
+
+    def reclaim_space(self) -> Reclaimed:
+        """Give the space pruned rows held back to the file system."""
 
 
 def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> EventStore:

@@ -102,9 +102,9 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _prune(ws: Path, request: PruneRequest = EVERYTHING, **kwargs: bool) -> list[str]:
+def _prune(ws: Path, request: PruneRequest = EVERYTHING) -> list[str]:
     selection = select_sessions(ws, request)
-    report = prune_sessions(ws, selection.ids, **kwargs)
+    report = prune_sessions(ws, selection.ids)
     return [r.id for r in report.selection.removals]
 
 

@@ -36,15 +36,15 @@ def run_prune(
         older_than_us=parse_age(older_than) if older_than is not None else None,
         states=_states(states),
     )
-    if not dry_run and not yes and not sys.stdin.isatty():
-        raise UsageError(
-            "acode session prune removes sessions for good, and there is no terminal to ask on",
-            hint="look first with --dry-run, then pass --yes to remove them",
-        )
     selection = select_sessions(workspace, request)
     if dry_run or not selection.removals:
         _print(selection, None, dry_run=True, as_json=as_json)
         return 1 if selection.over_limit else 0
+    if not yes and not sys.stdin.isatty():
+        raise UsageError(
+            "acode session prune removes sessions for good, and there is no terminal to ask on",
+            hint="look first with --dry-run, then pass --yes to remove them",
+        )
     if not yes:
         _print(selection, None, dry_run=True, as_json=False)
         if not _confirm(len(selection.removals)):

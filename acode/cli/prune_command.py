@@ -37,9 +37,15 @@ def run_prune(
         states=_states(states),
     )
     selection = select_sessions(workspace, request)
-    if dry_run or not selection.removals:
+    if dry_run:
         _print(selection, None, dry_run=True, as_json=as_json)
         return 1 if selection.over_limit else 0
+    if not selection.removals:
+        # Nothing new to remove, and nothing to ask: what an earlier prune, killed after
+        # its commit, left of its sessions' files is removed all the same.
+        report = prune_sessions(workspace, ())
+        _print(report.selection, report, dry_run=False, as_json=as_json)
+        return 1 if _over(report) else 0
     if not yes and not sys.stdin.isatty():
         raise UsageError(
             "acode session prune removes sessions for good, and there is no terminal to ask on",

@@ -102,6 +102,7 @@ def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
         "session export",
         "session history",
         "session list",
+        "session prune",
         "session show",
         "session unlock",
         "settings get",

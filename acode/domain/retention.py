@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from acode.domain.config import RetentionSettings
 from acode.domain.states import SessionState, is_terminal
 from acode.errors import UsageError
+
+if TYPE_CHECKING:  # the store reads the record's message here, and lists load no config
+    from acode.domain.config import RetentionSettings
 
 __all__ = [
     "PRUNE_STATES",

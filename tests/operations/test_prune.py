@@ -378,3 +378,37 @@ def test_a_prune_killed_after_its_commit_is_finished_by_the_next(repo: Path) -> 
     assert not (paths.locks / f"{done}.lock").exists()
     assert _git(repo, "for-each-ref", f"refs/acode/{done}") == ""
     assert prune_sessions(repo, []).leftovers == 0
+
+
+def test_an_image_a_running_session_starts_using_during_the_prune_survives(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other sessions' events are read before the prune's transaction; one written
+    in between (a running session that stores the same image) is read inside it."""
+    from acode.store.sqlite.pruning import Pruning
+
+    gone = _completed(repo, "gone", "shared")
+    running = acode.open_session("running", workspace=repo)
+    scan = Pruning._unreferenced
+    scans: list[int] = []
+
+    def scan_then_write(self: Pruning, candidates: set[str], going: set[int]) -> object:
+        found = scan(self, candidates, going)
+        scans.append(1)
+        if len(scans) == 2:  # the prune's own scan (the first is its cost's), just before
+            # its transaction: the running session writes on its own connection now.
+            running.write("w", "again.txt", "shared")
+        return found
+
+    try:
+        monkeypatch.setattr(Pruning, "_unreferenced", scan_then_write)
+        assert prune_sessions(repo, [gone]).selection.ids == (gone,)
+        assert len(scans) == 2
+        assert _sha("shared") in _blobs(repo)
+    finally:
+        running.close()
+    store = SqliteStore.open(StatePaths(repo).db)
+    try:
+        assert store.blob(_sha("shared")) == b"shared"
+    finally:
+        store.close()

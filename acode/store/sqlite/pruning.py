@@ -29,14 +29,15 @@ __all__ = ["Pruning", "Reclaimed"]
 _SHA = re.compile(r"[0-9a-f]{64}")
 _EVENTS_OF = "FROM events WHERE id > ? AND id < ?"
 SELECT_PAYLOADS = f"SELECT payload {_EVENTS_OF}"
-SELECT_ALL_PAYLOADS = "SELECT payload FROM events"
+SELECT_ALL_PAYLOADS = "SELECT sid, seq, payload FROM events ORDER BY id"
+SELECT_SIDS = "SELECT sid FROM sessions"
 SELECT_EVENT_COST = (
     "SELECT count(*), coalesce(sum(length(payload) + length(hash) + length(event_id)"
     f" + coalesce(length(checkpoint), 0) + coalesce(length(signature), 0) + 24), 0) {_EVENTS_OF}"
 )
 SELECT_MESSAGE_BYTES = "SELECT coalesce(sum(length(content) + 16), 0) FROM messages WHERE sid = ?"
 SELECT_FILE_SHAS = "SELECT sha256 FROM files WHERE sid = ? AND sha256 IS NOT NULL"
-SELECT_OTHER_FILE_SHAS = "SELECT DISTINCT sha256 FROM files WHERE sha256 IS NOT NULL"
+SELECT_FILE_SHAS_ALL = "SELECT sid, sha256 FROM files WHERE sha256 IS NOT NULL"
 SELECT_BLOB_SIZE = "SELECT length(data) FROM blobs WHERE sha256 = ?"
 SELECT_LAST_EVENT = f"SELECT seq, hash {_EVENTS_OF} ORDER BY id DESC LIMIT 1"
 SELECT_SESSION = "SELECT sid, state FROM sessions WHERE id = ?"
@@ -90,8 +91,7 @@ class Pruning:
             count, size = self.conn.execute(SELECT_EVENT_COST, bounds).fetchone()
             size += self.conn.execute(SELECT_MESSAGE_BYTES, (row.sid,)).fetchone()[0]
             events[row.id], sizes[row.id] = int(count), int(size)
-        going = {row.sid for row in sessions}
-        freed = self._unreferenced(self._referenced(sessions), going)
+        freed, _ = self._unreferenced(self._referenced(sessions), {row.sid for row in sessions})
         blob_bytes = sum(self._blob_size(sha) for sha in freed)
         return PruneCost(events=events, bytes=sizes, blobs=len(freed), blob_bytes=blob_bytes)
 
@@ -107,16 +107,19 @@ class Pruning:
         """Remove ``sessions`` whole, with the file images no remaining session refers
         to, and record each one (signed by ``sign``), in one transaction. ``files_left``
         goes into each record: what of its files outside the database are still to
-        remove (``pending_file_removals``)."""
+        remove (``pending_file_removals``). The caller holds the sessions' locks: none
+        of them gains an event meanwhile."""
+        going = {row.sid for row in sessions}
+        # The other sessions' events are read before the transaction, which then reads
+        # only those written since: sessions running now wait for the write lock as long
+        # as it takes to delete, not to read the whole database.
+        unused, seen = self._unreferenced(self._referenced(sessions), going)
         records: list[PrunedRow] = []
         try:
             with atomic(self.conn) as conn:
-                referenced = self._referenced(sessions)
                 for row in sessions:
                     records.append(self._remove(conn, row, now_us, key_id, sign, files_left))
-                # Read after the removal, inside the transaction: a session running now
-                # cannot add a reference to an image between the check and the delete.
-                for sha in self._unreferenced(referenced, set()):
+                for sha in self._still_unreferenced(unused, seen):
                     conn.execute(DELETE_BLOB, (sha,))
         except sqlite3.Error as exc:
             raise write_error(self.path, exc) from exc
@@ -164,31 +167,43 @@ class Pruning:
             found.update(str(r[0]) for r in self.conn.execute(SELECT_FILE_SHAS, (row.sid,)))
         return found
 
-    def _unreferenced(self, candidates: set[str], going: set[int]) -> set[str]:
+    def _unreferenced(
+        self, candidates: set[str], going: set[int]
+    ) -> tuple[set[str], dict[int, int]]:
         """Those of ``candidates`` that are stored and that no session outside ``going``
-        (sids) refers to."""
+        (sids) refers to, and the last event read of each session."""
         left = {sha for sha in candidates if self._blob_size(sha)}
+        seen: dict[int, int] = {}
         if not left:
-            return set()
-        for (payload,) in self._payloads_outside(going):
+            return left, seen
+        for sid, seq, payload in self.conn.execute(SELECT_ALL_PAYLOADS):
+            if sid in going:
+                continue
+            seen[sid] = seq
             for sha in _SHA.findall(str(payload)):
                 left.discard(sha)
-            if not left:
-                return left
-        files = SELECT_OTHER_FILE_SHAS
-        if going:
-            files += f" AND sid NOT IN ({', '.join(map(str, sorted(going)))})"
-        for (sha,) in self.conn.execute(files):
-            left.discard(str(sha))
-        return left
+        return self._not_in_files(left, going), seen
 
-    def _payloads_outside(self, going: set[int]) -> Iterable[tuple[object]]:
-        if not going:
-            return self.conn.execute(SELECT_ALL_PAYLOADS)
-        ranges = " AND ".join(
-            f"NOT (id > {key(sid, 0)} AND id < {key(sid + 1, 0)})" for sid in sorted(going)
-        )
-        return self.conn.execute(f"{SELECT_ALL_PAYLOADS} WHERE {ranges}")
+    def _still_unreferenced(self, left: set[str], seen: dict[int, int]) -> set[str]:
+        """Of ``left``, those that the events written since ``seen`` (and the `files`
+        rows) do not name either: read inside the prune's transaction, so that no
+        session adds a reference between this check and the delete."""
+        if not left:
+            return left
+        left = set(left)
+        for (sid,) in self.conn.execute(SELECT_SIDS).fetchall():
+            bounds = (key(sid, seen.get(sid, 0)), key(sid + 1, 0))
+            for (payload,) in self.conn.execute(SELECT_PAYLOADS, bounds):
+                for sha in _SHA.findall(str(payload)):
+                    left.discard(sha)
+        return self._not_in_files(left, set())
+
+    def _not_in_files(self, left: set[str], going: set[int]) -> set[str]:
+        """Of ``left``, those that no `files` row of a session outside ``going`` names."""
+        for sid, sha in self.conn.execute(SELECT_FILE_SHAS_ALL):
+            if sid not in going:
+                left.discard(str(sha))
+        return left
 
     def _blob_size(self, sha: str) -> int:
         row = self.conn.execute(SELECT_BLOB_SIZE, (sha,)).fetchone()

@@ -175,7 +175,7 @@ def _state_lines(selection: Selection, report: PruneReport | None) -> list[str]:
             lines.append(
                 f"The state stays over retention.max_state_bytes ({limit:,} bytes): only "
                 "sessions that may not be pruned are left (resumable, running, not synced "
-                "yet, or read by a sub-session)."
+                "yet, or in a family with one of those)."
             )
     return lines
 

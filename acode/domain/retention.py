@@ -2,9 +2,10 @@
 rules over the sessions' rows, the clock's time given.
 
 A session may be pruned when it has ended (COMPLETED, FAILED, CANCELLED) or was
-discarded; never one that resume may continue. A parent goes only with all of its
-children (sub-sessions read their parent, work sessions send it their summaries): a
-child is never left behind with its parent gone.
+discarded; never one that resume may continue. A parent and its sub-sessions go
+together or not at all (a sub-session names its parent and sends it its summary, the
+parent lists its sub-sessions): a child is never left behind with its parent gone, nor a
+parent with part of its children.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ __all__ = [
     "parse_age",
     "prune_record_message",
     "select",
-    "with_descendants_kept",
+    "whole_families",
 ]
 
 DAY_US = 86_400 * 1_000_000
 # What --state takes: the terminal states, and discarded sessions.
 PRUNE_STATES = ("completed", "failed", "cancelled", "discarded")
-_AGE = re.compile(r"(?P<n>\d{1,6})(?P<unit>[dhw])")
+_AGE = re.compile(r"(?P<n>[0-9]{1,6})(?P<unit>[dhw])")
 _UNIT_US = {"h": 3_600 * 1_000_000, "d": DAY_US, "w": 7 * DAY_US}
 
 
@@ -117,17 +118,25 @@ def select(
     return chosen
 
 
-def with_descendants_kept(
+def whole_families(
     chosen: Iterable[str], parents: Mapping[str, str | None]
 ) -> tuple[list[str], dict[str, str]]:
-    """``chosen`` without the sessions a remaining session names as its parent (at any
-    depth), and for each one left out the child that keeps it. ``parents``: every
-    session's parent id, of those that stay as of those that go."""
+    """``chosen`` without the sessions linked to one that stays: a parent and its
+    sub-sessions (at any depth) go together or not at all. A sub-session names its parent
+    and sends it its summary; the parent lists its sub-sessions. For each one left out,
+    the session that keeps it. ``parents``: every session's parent id."""
     going = list(chosen)
     kept: dict[str, str] = {}
     while True:
         gone = set(going)
-        keeping = {p: c for c, p in parents.items() if p in gone and c not in gone}
+        keeping: dict[str, str] = {}
+        for child, parent in parents.items():
+            if parent is None or parent not in parents:
+                continue  # no parent, or one already gone
+            if parent in gone and child not in gone:
+                keeping.setdefault(parent, child)
+            elif child in gone and parent not in gone:
+                keeping.setdefault(child, parent)
         if not keeping:
             return going, kept
         kept.update(keeping)

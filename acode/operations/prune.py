@@ -23,7 +23,7 @@ from acode.domain.retention import (
     category,
     criteria_from_retention,
     select,
-    with_descendants_kept,
+    whole_families,
 )
 from acode.engine.lifecycle import Workspace, existing_workspace, take_lock
 from acode.errors import AcodeError, UsageError
@@ -187,10 +187,12 @@ def _keep_refused(
             going.append(i)
         else:
             skipped.append(_skipped(rows[i], reason))
-    going, kept = with_descendants_kept(going, {i: r.parent_id for i, r in rows.items()})
-    for parent, child in kept.items():
-        reason = f"its sub-session {rows[child].short_id} stays, and reads it"
-        skipped.append(_skipped(rows[parent], reason))
+    going, kept = whole_families(going, {i: r.parent_id for i, r in rows.items()})
+    for session_id, other in kept.items():
+        row = rows[session_id]
+        link = "parent" if row.parent_id == other else "sub-session"
+        reason = f"its {link} {rows[other].short_id} stays, and they go together"
+        skipped.append(_skipped(row, reason))
     return going, skipped
 
 

@@ -219,9 +219,19 @@ def test_a_parent_goes_only_with_its_children(repo: Path) -> None:
     assert selection.ids == ()
     (skipped,) = selection.skipped
     assert skipped.id == parent
-    assert "sub-session" in skipped.reason
+    assert "its sub-session" in skipped.reason
     discard_session(repo, child)
     assert sorted(_prune(repo)) == sorted([parent, child])
+
+
+def test_a_child_stays_while_its_parent_does(repo: Path) -> None:
+    parent = _paused(repo, "parent")
+    child = _completed(repo, "child", "c", parent_id=parent)
+    selection = select_sessions(repo, EVERYTHING)
+    assert selection.ids == ()
+    (skipped,) = selection.skipped
+    assert skipped.id == child
+    assert "its parent" in skipped.reason
 
 
 def _paused_child(ws: Path, parent: str) -> str:

@@ -11,6 +11,7 @@ record, so a prune killed in between finishes at the next one.
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
@@ -27,7 +28,7 @@ from acode.domain.retention import (
 )
 from acode.engine.lifecycle import Workspace, existing_workspace, take_lock
 from acode.errors import AcodeError, UsageError
-from acode.security.signing import load_signer
+from acode.security.signing import Signer, load_signer
 from acode.store.base import EventStore, open_store
 from acode.store.records import PruneCost, SessionRow
 from acode.system.clock import Clock, SystemClock
@@ -108,6 +109,8 @@ class PruneReport(NamedTuple):
 
 
 _RUNNING = "a process runs it (its lock is held)"
+# A session id as acode makes it (a UUIDv7), the only name its files are looked up by.
+_SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def select_sessions(
@@ -244,7 +247,7 @@ def prune_sessions(
     store = open_store(ws.paths.db, ws.config.durability)
     try:
         before = ws.paths.state_bytes()
-        leftovers = _finish_file_removals(ws, store)
+        leftovers = _finish_file_removals(ws, store, signer)
         with ExitStack() as locks:
             rows = {r.id: r for r in store.sessions()}
             ready: list[str] = []
@@ -295,10 +298,14 @@ def prune_sessions(
         store.close()
 
 
-def _finish_file_removals(ws: Workspace, store: EventStore) -> int:
+def _finish_file_removals(ws: Workspace, store: EventStore, signer: Signer) -> int:
     """Remove what earlier prunes, killed after their commit, left of their sessions'
-    files; how many sessions that was."""
-    left = store.pending_file_removals()
+    files; how many sessions that was. Only a record signed with the user's key is acted
+    on: one written by someone else, naming a session that still runs or a path of
+    their choosing, removes nothing (and reads as tampering where its id is used)."""
+    from acode.engine.pruned import is_authentic
+
+    left = [r for r in store.pending_file_removals() if is_authentic(r, signer)]
     for record in left:
         _remove_files(ws, record.id, include_backups=record.files_left == 2)
         store.files_removed(record.id)
@@ -314,6 +321,8 @@ def _remove_files(ws: Workspace, session_id: str, *, include_backups: bool) -> N
     from acode.system.locks import force_unlock
     from acode.system.snapshot import prune_snapshots
 
+    if not _SESSION_ID.fullmatch(session_id):
+        return  # a name acode never gives a session (an edited database): not a path to use
     shutil.rmtree(ws.paths.session_dir(session_id), ignore_errors=True)
     ws.paths.clear_temp(session_id)
     if is_work_tree(ws.root):

@@ -422,3 +422,26 @@ def test_an_image_a_running_session_starts_using_during_the_prune_survives(
         assert store.blob(_sha("shared")) == b"shared"
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("forged_id", ["../../victim", "live"])
+def test_a_forged_record_removes_no_file(repo: Path, forged_id: str) -> None:
+    """A record someone wrote without the key, saying files are left to remove, names
+    a path of their choosing or a session that still exists: nothing of it is removed."""
+    live = _paused(repo, "live")
+    paths = StatePaths(repo)
+    victim = repo.parent / "victim"
+    victim.mkdir()
+    (victim / "work.txt").write_text("mine")
+    target = live if forged_id == "live" else forged_id
+    with closing(sqlite3.connect(paths.db)) as conn:
+        conn.execute(
+            "INSERT INTO pruned_sessions VALUES (?, 'COMPLETED', 1, 1, zeroblob(16), ?, ?, 2)",
+            (target, load_signer().key_id, os.urandom(16)),
+        )
+        conn.commit()
+    assert prune_sessions(repo, []).leftovers == 0
+    assert (victim / "work.txt").read_text() == "mine"
+    assert paths.session_dir(live).is_dir()
+    with acode.resume_session(live, workspace=repo) as again:
+        assert again.step("a", lambda ctx: pytest.fail("ran again")) == {"n": 1}

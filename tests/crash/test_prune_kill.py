@@ -34,6 +34,8 @@ from tests.cli.conftest import ACODE, SECRET, make_env, plan_yaml
 from tests.crash.harness import SEED, _int_setting
 from tests.crash.workload import install_hook
 
+pytestmark = pytest.mark.crash
+
 CASES = _int_setting("ACODE_PRUNE_CRASH_CASES", 6)
 TABLES = ("events", "steps", "messages", "checkpoints", "step_ids", "files", "sync_state")
 PRUNE = ("session", "prune", "--state", "completed", "--state", "failed", "--yes")

@@ -13,6 +13,8 @@
 --    `files_left` is 1 while the files outside the database (progress file, lock file,
 --    snapshot refs) wait to be removed, 2 when the `-before-rollback` refs go too; the
 --    next prune finishes what a prune killed after its commit left.
+-- The triggers are made again whether or not they are there: a database someone edited
+-- with them dropped gets them back rather than fail its upgrade.
 CREATE TABLE pruning (
     sid INTEGER PRIMARY KEY
 );
@@ -28,19 +30,19 @@ CREATE TABLE pruned_sessions (
     files_left INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 
-DROP TRIGGER events_are_append_only_delete;
+DROP TRIGGER IF EXISTS events_are_append_only_delete;
 CREATE TRIGGER events_are_append_only_delete BEFORE DELETE ON events
 WHEN NOT EXISTS (SELECT 1 FROM pruning WHERE sid = OLD.sid)
 BEGIN
     SELECT RAISE(ABORT, 'events are append-only');
 END;
-DROP TRIGGER messages_are_append_only_delete;
+DROP TRIGGER IF EXISTS messages_are_append_only_delete;
 CREATE TRIGGER messages_are_append_only_delete BEFORE DELETE ON messages
 WHEN NOT EXISTS (SELECT 1 FROM pruning WHERE sid = OLD.sid)
 BEGIN
     SELECT RAISE(ABORT, 'messages are append-only');
 END;
-DROP TRIGGER step_ids_are_append_only_delete;
+DROP TRIGGER IF EXISTS step_ids_are_append_only_delete;
 CREATE TRIGGER step_ids_are_append_only_delete BEFORE DELETE ON step_ids
 WHEN NOT EXISTS (SELECT 1 FROM pruning WHERE sid = OLD.sid)
 BEGIN

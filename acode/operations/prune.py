@@ -108,7 +108,7 @@ class PruneReport(NamedTuple):
     leftovers: int  # earlier prunes whose file removal this one finished
 
 
-_RUNNING = "a process runs it (its lock is held)"
+_RUNNING = "a process runs it (its lock is held)"  # the holder follows, where it is known
 # A session id as acode makes it (a UUIDv7), the only name its files are looked up by.
 _SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -139,7 +139,9 @@ def _criteria(ws: Workspace, request: PruneRequest, now_us: int) -> Criteria:
             )
         return criteria_from_retention(ws.config.retention, now_us)
     states = request.states or frozenset({"completed", "failed", "cancelled", "discarded"})
-    cutoff = now_us - (request.older_than_us or 0) if request.older_than_us else now_us + 1
+    # Without --older-than, every age: a cutoff past now.
+    older_than = request.older_than_us
+    cutoff = now_us - older_than if older_than is not None else now_us + 1
     return Criteria(cutoffs=dict.fromkeys(states, cutoff))
 
 
@@ -177,7 +179,7 @@ def _keep_refused(
 ) -> tuple[list[str], list[Skipped]]:
     """``chosen`` without the sessions that must stay: one a process runs (unless this
     one holds their locks, ``locked``), one whose events the remote has not received
-    yet, one whose sub-session stays."""
+    yet, one of a family (a parent and its sub-sessions) part of which stays."""
     from acode.system.locks import holder
 
     skipped: list[Skipped] = []
@@ -185,7 +187,7 @@ def _keep_refused(
     going = []
     for i in chosen:
         held_by = None if locked else holder(ws.paths.locks, i)
-        reason = f"locked by {held_by}: {_RUNNING}" if held_by is not None else pending.get(i)
+        reason = f"{_RUNNING}: {held_by}" if held_by is not None else pending.get(i)
         if reason is None:
             going.append(i)
         else:

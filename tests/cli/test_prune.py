@@ -3,14 +3,18 @@ and hostile input; and what a pruned session's id answers afterwards."""
 
 from __future__ import annotations
 
+import json
+import os
+import resource
 import sqlite3
+import subprocess
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from acode.system.workspace import StatePaths
-from tests.cli.conftest import Cli, OpenTerminal, plan_yaml
+from tests.cli.conftest import ACODE, Cli, OpenTerminal, plan_yaml
 
 
 def _run(acode: Cli, title: str, step: str, expect: int = 0) -> str:
@@ -153,3 +157,42 @@ def test_a_workspace_without_sessions(acode: Cli, tmp_path: Path) -> None:
     refused = acode("session", "prune", "--older-than", "30d", "-w", str(empty), expect=1)
     assert "no acode sessions" in refused.flat_err
     assert not (empty / ".agent").exists()
+
+
+def test_a_vacuum_without_room_leaves_the_prune_standing(acode: Cli) -> None:
+    """A database from before schema 8 is converted by a VACUUM at its first prune, which
+    needs room for a copy of the database. Under a file size limit (EFBIG, as on a full
+    disk) it fails: the sessions stay pruned and the output says why the space was not
+    given back."""
+    acode.write("big.txt", os.urandom(600_000).hex())
+    acode.write("plan.yml", plan_yaml("Keeps", "{id: r, read: big.txt}", "{id: ok, approve: Go?}"))
+    acode("run", "plan.yml", expect=20)  # resumable: it stays, and its image with it
+    gone = _run(acode, "Greet", "{id: w, write: a.txt, content: hi}")
+    db = StatePaths(acode.workspace).db
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute("PRAGMA auto_vacuum = NONE")
+        conn.execute("VACUUM")
+    limit = int(db.stat().st_size * 0.8)
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run(
+        [ACODE, "session", "prune", "--state", "completed", "--yes", "--json"],
+        cwd=acode.workspace,
+        env=acode.env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=limited,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [r["id"] for r in report["removed"]] == [gone]
+    assert report["vacuum"]["converted"] is False
+    assert report["vacuum"]["error"]
+    assert gone not in {s["id"] for s in acode.sessions()}
+    said = acode("session", "show", gone, expect=1)
+    assert "ACODE-SESSION-003" in said.flat_err

@@ -155,7 +155,8 @@ def _select(ws: Workspace, store: EventStore, criteria: Criteria) -> Selection:
     state_bytes = ws.paths.state_bytes()
     sizes: dict[str, int] = {}
     if criteria.max_bytes is not None:
-        sizes = store.prune_cost([rows[p.id] for p in prunable]).bytes
+        each = store.prune_cost([rows[p.id] for p in prunable])
+        sizes = {i: size + each.own_images[i] for i, size in each.bytes.items()}
     chosen = select(prunable, criteria, sizes, state_bytes)
     going, skipped = _keep_refused(ws, store, rows, chosen)
     cost = store.prune_cost([rows[i] for i in going])

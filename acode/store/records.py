@@ -174,9 +174,11 @@ class PrunedRow(NamedTuple):
 
 class PruneCost(NamedTuple):
     """What pruning a set of sessions removes: each one's events and bytes (its rows), and
-    the stored file images no other session refers to."""
+    the stored file images no other session refers to; ``own_images``: the bytes of the
+    images each one alone refers to (what pruning it by itself frees besides its rows)."""
 
     events: dict[str, int]
     bytes: dict[str, int]
     blobs: int
     blob_bytes: int
+    own_images: dict[str, int]

@@ -93,7 +93,29 @@ class Pruning:
             events[row.id], sizes[row.id] = int(count), int(size)
         freed, _ = self._unreferenced(self._referenced(sessions), {row.sid for row in sessions})
         blob_bytes = sum(self._blob_size(sha) for sha in freed)
-        return PruneCost(events=events, bytes=sizes, blobs=len(freed), blob_bytes=blob_bytes)
+        return PruneCost(
+            events=events,
+            bytes=sizes,
+            blobs=len(freed),
+            blob_bytes=blob_bytes,
+            own_images=self._own_images(sessions),
+        )
+
+    def _own_images(self, sessions: Sequence[SessionRow]) -> dict[str, int]:
+        """The bytes of the stored images each of ``sessions`` alone refers to: what
+        pruning it by itself would free besides its rows."""
+        owners: dict[str, set[int]] = {}
+        for sid, _, payload in self.conn.execute(SELECT_ALL_PAYLOADS):
+            for sha in _SHA.findall(str(payload)):
+                owners.setdefault(sha, set()).add(sid)
+        for sid, sha in self.conn.execute(SELECT_FILE_SHAS_ALL):
+            owners.setdefault(str(sha), set()).add(sid)
+        alone: dict[int, int] = {}
+        for sha, sids in owners.items():
+            if len(sids) == 1:
+                (sid,) = sids
+                alone[sid] = alone.get(sid, 0) + self._blob_size(sha)
+        return {row.id: alone.get(row.sid, 0) for row in sessions}
 
     def prune(
         self,

@@ -44,6 +44,7 @@ def run_prune(
         # Nothing new to remove, and nothing to ask: what an earlier prune, killed after
         # its commit, left of its sessions' files is removed all the same.
         report = prune_sessions(workspace, ())
+        report = report._replace(selection=report.selection._replace(skipped=selection.skipped))
         _print(report.selection, report, dry_run=False, as_json=as_json)
         return 1 if _over(report) else 0
     if not yes and not sys.stdin.isatty():

@@ -309,8 +309,11 @@ def _finish_file_removals(ws: Workspace, store: EventStore, signer: Signer) -> i
     from acode.engine.pruned import is_authentic
 
     left = [r for r in store.pending_file_removals() if is_authentic(r, signer)]
+    live = {row.id for row in store.sessions()}
     for record in left:
-        _remove_files(ws, record.id, include_backups=record.files_left == 2)
+        # A session of that id is back (`acode session import`): the files are its own.
+        if record.id not in live:
+            _remove_files(ws, record.id, include_backups=record.files_left == 2)
         store.files_removed(record.id)
     return len(left)
 

@@ -447,3 +447,24 @@ def test_a_forged_record_removes_no_file(repo: Path, forged_id: str) -> None:
     assert paths.session_dir(live).is_dir()
     with acode.resume_session(live, workspace=repo) as again:
         assert again.step("a", lambda ctx: pytest.fail("ran again")) == {"n": 1}
+
+
+def test_files_left_to_remove_of_an_id_that_is_back_stay(repo: Path) -> None:
+    """A session pruned by a prune killed before its file removal, then brought back
+    under the same id (an import of its archive): its files are the live session's."""
+    from acode.domain.retention import prune_record_message
+
+    back = _paused(repo, "back")
+    paths = StatePaths(repo)
+    signer = load_signer()
+    message = prune_record_message(back, "COMPLETED", 1, 3, b"h")
+    with closing(sqlite3.connect(paths.db)) as conn:
+        conn.execute(
+            "INSERT INTO pruned_sessions VALUES (?, 'COMPLETED', 1, 3, ?, ?, ?, 1)",
+            (back, b"h", signer.key_id, signer.tag(message)),
+        )
+        conn.commit()
+    assert prune_sessions(repo, []).leftovers == 1
+    assert paths.session_dir(back).is_dir()
+    with acode.resume_session(back, workspace=repo) as again:
+        assert again.step("a", lambda ctx: pytest.fail("ran again")) == {"n": 1}

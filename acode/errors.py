@@ -11,6 +11,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     │   └── CookieError            no cookie, or not the work session's (WORK-001) exit 2
     │   └── StoreUrlError          no store backend takes the URL (ACODE-DB-004) exit 2
     ├── SessionNotFoundError       no session has that id                       exit 1
+    │   └── SessionPrunedError     it was pruned (ACODE-SESSION-003)            exit 1
     ├── NothingToResumeError       ACODE-RESUME-001                             exit 14
     ├── TerminalStateError         ACODE-RESUME-002                             exit 15
     ├── SessionLockedError         ACODE-RESUME-003 / ACODE-LOCK-*              exit 16
@@ -70,6 +71,7 @@ __all__ = [
     "SchemaTooNewError",
     "SessionLockedError",
     "SessionNotFoundError",
+    "SessionPrunedError",
     "StepFailedError",
     "StorageError",
     "StoreUrlError",
@@ -91,6 +93,7 @@ class ErrorCode(StrEnum):
     PLAN_INVALID = "ACODE-PLAN-001"
     SESSION_NOT_FOUND = "ACODE-SESSION-001"
     SESSION_AMBIGUOUS = "ACODE-SESSION-002"
+    SESSION_PRUNED = "ACODE-SESSION-003"
     NO_RESUMABLE = "ACODE-RESUME-001"
     TERMINAL_STATE = "ACODE-RESUME-002"
     LOCKED = "ACODE-RESUME-003"
@@ -172,6 +175,12 @@ class StoreUrlError(UsageError):
 
 class SessionNotFoundError(AcodeError):
     code = ErrorCode.SESSION_NOT_FOUND
+
+
+class SessionPrunedError(SessionNotFoundError):
+    """The session was removed by `acode session prune`, as its signed record says."""
+
+    code = ErrorCode.SESSION_PRUNED
 
 
 class NothingToResumeError(AcodeError):

@@ -479,6 +479,57 @@ def session_discard(
     inspect.session_discard(workspace_dir(workspace), session_id, as_json)
 
 
+@session_app.command("prune")
+def session_prune(
+    workspace: WorkspaceOption = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            metavar="AGE",
+            help="Sessions last updated longer ago than AGE: 30d, 12h, 2w.",
+        ),
+    ] = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            help="Only sessions in this state: completed, failed, cancelled or discarded "
+            "(repeatable).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be removed; remove nothing.")
+    ] = False,
+    include_backups: Annotated[
+        bool,
+        typer.Option(
+            "--include-backups",
+            help="Remove the -before-rollback snapshot refs too (they hold what a rollback "
+            "overwrote).",
+        ),
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Remove without asking (needed without a terminal).")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Remove ended sessions for good: by --older-than and --state, else by the
+    retention: settings. Never one that can be resumed, runs, or is not synced yet."""
+    from acode.cli.prune_command import run_prune
+
+    code = run_prune(
+        workspace_dir(workspace),
+        older_than=older_than,
+        states=state,
+        dry_run=dry_run,
+        include_backups=include_backups,
+        yes=yes,
+        as_json=as_json,
+    )
+    raise typer.Exit(code)
+
+
 @session_app.command("checkpoint")
 def session_checkpoint(
     session_id: SessionArgument,

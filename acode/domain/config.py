@@ -30,6 +30,7 @@ __all__ = [
     "ModelSettings",
     "Price",
     "ResumeSettings",
+    "RetentionSettings",
     "RunSettings",
     "SyncSettings",
     "config_dict_hash",
@@ -139,6 +140,29 @@ class LogSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """How long ended sessions stay, and how large the state may grow (``retention:``);
+    None: no limit. What `acode session prune` removes when given no flags."""
+
+    completed_days: int | None = None
+    failed_days: int | None = None
+    cancelled_days: int | None = None  # discarded sessions too: a person gave them up
+    max_state_bytes: int | None = None
+
+    @property
+    def configured(self) -> bool:
+        return any(
+            v is not None
+            for v in (
+                self.completed_days,
+                self.failed_days,
+                self.cancelled_days,
+                self.max_state_bytes,
+            )
+        )
+
+
+@dataclass(frozen=True)
 class AcodeConfig:
     """A workspace's settings, ``.agent/config.yml`` checked (docs/configuration.md)."""
 
@@ -149,6 +173,7 @@ class AcodeConfig:
     agent: AgentSettings = field(default_factory=AgentSettings)
     log: LogSettings = field(default_factory=LogSettings)
     handoff: HandoffSettings = field(default_factory=HandoffSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
     # model name -> price; a model without an entry has no cost shown
     pricing: Mapping[str, Price] = field(default_factory=dict)
     # engine name -> how to run it; the defaults find each CLI on PATH
@@ -216,6 +241,14 @@ def _count() -> _Rule:
         return number if number is not None and number >= 0 else _INVALID
 
     return _Rule(expected="a whole number, 0 or more", parse=parse)
+
+
+def _optional_positive_int() -> _Rule:
+    def parse(value: object) -> object:
+        number = _as_int(value)
+        return value if value is None or (number is not None and number > 0) else _INVALID
+
+    return _Rule(expected="a positive whole number, or null for no limit", parse=parse)
 
 
 def _optional_int() -> _Rule:
@@ -359,6 +392,15 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
     "sync": (SyncSettings, {"remote": _optional_text()}),
     "log": (LogSettings, {"max_bytes": _positive_int(), "keep": _positive_int()}),
     "handoff": (HandoffSettings, {"remote": _git_remote(), "push": _boolean()}),
+    "retention": (
+        RetentionSettings,
+        {
+            "completed_days": _optional_positive_int(),
+            "failed_days": _optional_positive_int(),
+            "cancelled_days": _optional_positive_int(),
+            "max_state_bytes": _optional_positive_int(),
+        },
+    ),
 }
 _TOP_LEVEL_SCALARS: dict[str, _Rule] = {
     "durability": _one_of("full", "normal"),

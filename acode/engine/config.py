@@ -98,6 +98,13 @@ log:                                    # the JSON log, .agent/state/logs/acode.
   max_bytes: 10485760                   # a file's size before it rotates
   keep: 5                               # rotated files kept (acode.jsonl.1 ...)
 
+retention:                              # what `acode session prune` removes with no flags
+  completed_days: null                  # completed sessions older than this many days
+  failed_days: null                     # failed ones
+  cancelled_days: null                  # cancelled and discarded ones
+  max_state_bytes: null                 # prune the oldest until the state fits (bytes)
+                                        # null everywhere: nothing is pruned (the default)
+
 durability: full                        # full: fsync every commit | normal: faster, may lose
                                         # the last steps on power loss (never on a crash)
 """

@@ -15,6 +15,7 @@ from acode.domain.config import (
     AcodeConfig,
     HandoffSettings,
     LogSettings,
+    RetentionSettings,
     SyncSettings,
     config_hash,
     config_to_dict,
@@ -91,9 +92,15 @@ def existing_workspace(workspace: Path | str = ".", config: AcodeConfig | None =
 def session_config(config: AcodeConfig) -> AcodeConfig:
     """The configuration as a session records it and resume compares it: where the
     workspace mirrors its sessions is not part of what a session does (and its URL may
-    hold a password), so it is left out, as are the size of the log and where its work
-    tree is pushed."""
-    return replace(config, sync=SyncSettings(), log=LogSettings(), handoff=HandoffSettings())
+    hold a password), so it is left out, as are the size of the log, where its work tree
+    is pushed and how long ended sessions stay."""
+    return replace(
+        config,
+        sync=SyncSettings(),
+        log=LogSettings(),
+        handoff=HandoffSettings(),
+        retention=RetentionSettings(),
+    )
 
 
 def now_iso(clock: Clock) -> str:

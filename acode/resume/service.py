@@ -51,6 +51,7 @@ from acode.errors import (
     ErrorCode,
     NothingToResumeError,
     SessionNotFoundError,
+    SessionPrunedError,
     TerminalStateError,
     UsageError,
 )
@@ -177,7 +178,9 @@ def select_for_resume(store: EventStore, id_or_prefix: str | None) -> SessionRow
     try:
         return find_session(store, id_or_prefix)
     except SessionNotFoundError as exc:
-        raise NothingToResumeError(exc.message, hint=exc.hint) from exc
+        # Exit 14, nothing to resume; a pruned session keeps its own code.
+        code = exc.code if isinstance(exc, SessionPrunedError) else None
+        raise NothingToResumeError(exc.message, hint=exc.hint, code=code) from exc
 
 
 def _refuse(journal: Journal) -> None:

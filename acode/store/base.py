@@ -11,7 +11,7 @@ names a backend, a connection or SQL. ``open_store`` picks the backend from a UR
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -29,10 +29,13 @@ if TYPE_CHECKING:
         FileRow,
         FileTouch,
         MessageRow,
+        PruneCost,
+        PrunedRow,
         SessionRow,
         SyncStateRow,
     )
     from acode.store.sqlite.health import DatabaseHealth
+    from acode.store.sqlite.pruning import Reclaimed
 
 __all__ = ["Durability", "EventStore", "database_health", "open_store", "schema_version"]
 
@@ -244,6 +247,33 @@ class EventStore(Protocol):
         are shared. A session id the store holds already is refused (``StorageError``),
         as is anything the store cannot take: nothing is kept then. The caller has
         verified the session (acode/operations/archive_import.py): the store does not."""
+
+    # -- pruning whole sessions (acode.operations.prune) ----------------------------
+
+    def prune_cost(self, sessions: Sequence[SessionRow]) -> PruneCost:
+        """What pruning ``sessions`` would remove: events, bytes, unshared file images."""
+
+    def prune(
+        self,
+        sessions: Sequence[SessionRow],
+        *,
+        now_us: int,
+        key_id: str,
+        sign: Callable[[bytes], bytes],
+        files_left: int,
+    ) -> list[PrunedRow]:
+        """Remove ``sessions`` whole and record each (signed), in one transaction."""
+
+    def pruned_with_prefix(self, prefix: str) -> list[PrunedRow]:
+        """The records of pruned sessions whose id starts with ``prefix``."""
+
+    def pending_file_removals(self) -> list[PrunedRow]:
+        """Pruned sessions whose files outside the store are still to remove."""
+
+    def files_removed(self, session_id: str) -> None: ...
+
+    def reclaim_space(self) -> Reclaimed:
+        """Give the space pruned rows held back to the file system."""
 
 
 def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> EventStore:

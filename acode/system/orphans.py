@@ -33,7 +33,7 @@ from acode.system.process_table import carrying, kill
 from acode.system.workspace import StatePaths
 
 if TYPE_CHECKING:
-    import psutil
+    from acode.system.process_table import Process
 
 __all__ = ["SESSION_ENV", "STATE_ENV", "NotedCommand", "commands_started", "reap_orphans"]
 
@@ -81,7 +81,7 @@ class NotedCommand:
             self._note.unlink()
 
 
-def _ours(paths: StatePaths, session_id: str, group: int | None = None) -> list[psutil.Process]:
+def _ours(paths: StatePaths, session_id: str, group: int | None = None) -> list[Process]:
     """The live processes (of ``group``) that this workspace's ``session_id`` started."""
     return carrying(SESSION_ENV, session_id, group=group, unless=(STATE_ENV, str(paths.state_dir)))
 

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import psutil
+    from psutil import Process
 
 __all__ = [
+    "Process",
     "carrying",
     "child_groups",
     "command_line",

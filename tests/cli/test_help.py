@@ -104,6 +104,7 @@ def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
         "session history",
         "session import",
         "session list",
+        "session prune",
         "session show",
         "session unlock",
         "settings get",

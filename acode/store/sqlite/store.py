@@ -40,6 +40,7 @@ from acode.store.sqlite.connection import atomic, connect, write_error
 from acode.store.sqlite.keys import SPAN as _SPAN
 from acode.store.sqlite.keys import key
 from acode.store.sqlite.migrations import migrate
+from acode.store.sqlite.pruning import Pruning
 from acode.store.sqlite.sync_state import SyncBookkeeping
 
 if TYPE_CHECKING:
@@ -355,7 +356,7 @@ def _run(conn: sqlite3.Connection, statements: list[_Statement]) -> None:
             conn.execute(sql, parameters)
 
 
-class SqliteStore(SyncBookkeeping):
+class SqliteStore(SyncBookkeeping, Pruning):
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path

@@ -224,14 +224,29 @@ def _skipped(row: SessionRow, reason: str) -> Skipped:
 
 
 def _unsynced(ws: Workspace, store: EventStore) -> dict[str, str]:
-    """Why each session whose events the configured remote lacks is kept."""
-    if ws.config.sync.remote is None:
-        return {}
-    return {
-        b.session_id: f"the remote mirror lacks {pending} of its events: run `acode sync` first"
-        for b in store.sync_backlog()
-        if (pending := b.pending_for()) > 0
-    }
+    """Why each session whose events the configured remote lacks, or whose work tree the
+    hand-off remote lacks, is kept."""
+    unsynced: dict[str, str] = {}
+    if ws.config.handoff.remote is not None:
+        from acode.system.git import is_work_tree
+        from acode.system.handoff_push import refs_to_push
+
+        if is_work_tree(ws.root):
+            for session_id in refs_to_push(ws.root, ws.paths, conflicts=True):
+                unsynced[session_id] = (
+                    f"its work tree is not pushed to {ws.config.handoff.remote} yet: "
+                    "run `acode sync` first"
+                )
+    if ws.config.sync.remote is not None:
+        unsynced.update(
+            (
+                b.session_id,
+                f"the remote mirror lacks {pending} of its events: run `acode sync` first",
+            )
+            for b in store.sync_backlog()
+            if (pending := b.pending_for()) > 0
+        )
+    return unsynced
 
 
 def prune_sessions(
@@ -320,10 +335,11 @@ def _finish_file_removals(ws: Workspace, store: EventStore, signer: Signer) -> i
 
 def _remove_files(ws: Workspace, session_id: str, *, include_backups: bool) -> None:
     """A pruned session's files outside the database: its progress file's folder, its
-    staging folder, its snapshot refs (the ``-before-rollback`` backups only when asked)
-    and its lock file. Each removal may be repeated: a prune killed half-way through
-    them is finished by the next."""
+    staging folder, its snapshot refs (the ``-before-rollback`` backups only when asked),
+    its hand-off ref and push record, and its lock file. Each removal may be repeated: a
+    prune killed half-way through them is finished by the next."""
     from acode.system.git import is_work_tree
+    from acode.system.handoff_push import forget_session
     from acode.system.locks import force_unlock
     from acode.system.snapshot import prune_snapshots
 
@@ -333,5 +349,6 @@ def _remove_files(ws: Workspace, session_id: str, *, include_backups: bool) -> N
     ws.paths.clear_temp(session_id)
     if is_work_tree(ws.root):
         prune_snapshots(ws.root, session_id, keep_backups=not include_backups)
+        forget_session(ws.root, ws.paths, session_id)
     # Held by this prune, or left by one that was killed: nobody runs the session.
     force_unlock(ws.paths.locks, session_id)

@@ -31,10 +31,10 @@ from acode.domain.config import mask_credentials
 from acode.security.child_env import child_environment
 from acode.security.redaction import redact
 from acode.system.git_command import run_git
-from acode.system.handoff_ref import HANDOFF_REF_ROOT, session_of_ref
+from acode.system.handoff_ref import HANDOFF_REF_ROOT, handoff_ref, session_of_ref
 from acode.system.workspace import StatePaths
 
-__all__ = ["PushState", "Pushed", "push_refs", "read_state", "refs_to_push"]
+__all__ = ["PushState", "Pushed", "forget_session", "push_refs", "read_state", "refs_to_push"]
 
 # What git is given to say why it could not push, at most (its last lines).
 _REASON_CHARS = 300
@@ -91,6 +91,14 @@ def _write_state(paths: StatePaths, session_id: str, state: PushState) -> None:
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
+
+
+def forget_session(workspace: Path, paths: StatePaths, session_id: str) -> None:
+    """Delete the session's hand-off ref here and its push record (a pruned session:
+    whatever the remote received stays there). Repeating it is harmless."""
+    ref = handoff_ref(session_id)
+    run_git(workspace, ["update-ref", "-d", ref])
+    _state_file(paths, session_id).unlink(missing_ok=True)
 
 
 def refs_to_push(workspace: Path, paths: StatePaths, *, conflicts: bool = False) -> dict[str, str]:

@@ -299,3 +299,29 @@ def test_outside_a_git_repository_there_is_nothing_to_record_and_no_failure(
     assert "Hand-off: nothing to record: the workspace is not in a git repository" in (
         acode("status", sid).out
     )
+
+
+def test_a_prune_keeps_a_session_whose_work_tree_is_not_pushed_then_forgets_its_ref(
+    acode: Cli, tmp_path: Path
+) -> None:
+    remote = tmp_path / "later.git"
+    ws = _repository(acode, str(remote))
+    sid = acode("run", "plan.yml", "--json").json_lines()[0]["id"]
+    ref = f"refs/acode/sessions/{sid}"
+
+    kept = acode("session", "prune", "--state", "completed", "--yes", "--json").json()
+
+    assert kept["removed"] == []
+    assert [s["reason"] for s in kept["skipped"]] == [
+        "its work tree is not pushed to origin yet: run `acode sync` first"
+    ]
+    git(tmp_path, "init", "--quiet", "--bare", str(remote))
+    acode("sync")
+    pushed = git(remote, "rev-parse", ref).strip()
+
+    gone = acode("session", "prune", "--state", "completed", "--yes", "--json").json()
+
+    assert [r["id"] for r in gone["removed"]] == [sid]
+    assert git(ws, "for-each-ref", "refs/acode/sessions/") == ""
+    assert not (ws / ".agent" / "state" / "handoff" / f"{sid}.json").exists()
+    assert git(remote, "rev-parse", ref).strip() == pushed  # the remote keeps what it got

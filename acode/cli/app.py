@@ -509,6 +509,15 @@ def session_prune(
             "overwrote).",
         ),
     ] = False,
+    archive: Annotated[
+        Path | None,
+        typer.Option(
+            "--archive",
+            metavar="DIR",
+            help="Archive each session to DIR/<id>.acode.gz first; one that cannot be "
+            "archived stays.",
+        ),
+    ] = None,
     yes: Annotated[
         bool, typer.Option("--yes", help="Remove without asking (needed without a terminal).")
     ] = False,
@@ -524,6 +533,7 @@ def session_prune(
         states=state,
         dry_run=dry_run,
         include_backups=include_backups,
+        archive_dir=archive,
         yes=yes,
         as_json=as_json,
     )

@@ -28,10 +28,13 @@ def run_prune(
     states: list[str] | None,
     dry_run: bool,
     include_backups: bool,
+    archive_dir: Path | None,
     yes: bool,
     as_json: bool,
 ) -> int:
     """0 when done; 1 when the state stays over its retention limit."""
+    if archive_dir is not None:
+        archive_dir = _archive_dir(archive_dir)
     request = PruneRequest(
         older_than_us=parse_age(older_than) if older_than is not None else None,
         states=_states(states),
@@ -39,6 +42,8 @@ def run_prune(
     selection = select_sessions(workspace, request)
     if dry_run:
         _print(selection, None, dry_run=True, as_json=as_json)
+        if archive_dir is not None and selection.removals and not as_json:
+            out_console().print(f"Each would be archived to {archive_dir} first.", markup=False)
         return 1 if selection.over_limit else 0
     if not selection.removals:
         # Nothing new to remove, and nothing to ask: what an earlier prune, killed after
@@ -57,9 +62,30 @@ def run_prune(
         if not _confirm(len(selection.removals)):
             err_console().print("Nothing was removed.")
             return 0
-    report = prune_sessions(workspace, selection.ids, include_backups=include_backups)
+    report = prune_sessions(
+        workspace, selection.ids, include_backups=include_backups, archive_dir=archive_dir
+    )
     _print(report.selection, report, dry_run=False, as_json=as_json)
     return 1 if _over(report) else 0
+
+
+def _archive_dir(given: Path) -> Path:
+    """``--archive DIR``, checked before anything is selected: an existing directory,
+    outside acode's state (where an archive could replace the database)."""
+    from acode.operations.export import in_state_dir
+
+    if not given.is_dir():
+        raise UsageError(
+            f"--archive {given}: no such directory",
+            hint="create it first, or name the directory the archives should go to",
+        )
+    if in_state_dir(given.resolve()):
+        raise UsageError(
+            f"--archive {given}: it is inside acode's state directory, where an archive "
+            "could replace the database",
+            hint="name a directory outside .agent/state",
+        )
+    return given.resolve()
 
 
 def _states(given: list[str] | None) -> frozenset[str] | None:
@@ -111,6 +137,13 @@ def _print(
     if selection.removals:
         console.print("Would remove:" if dry_run else "Removed:", markup=False)
         console.print(_table(selection, now))
+        archived = [r.archive for r in selection.removals if r.archive is not None]
+        if archived:
+            console.print(
+                f"Each was archived first, to {archived[0].parent}/<id>.acode.gz: bring one "
+                f"back with: acode session import {archived[0]}",
+                markup=False,
+            )
     else:
         console.print("Nothing to prune.", markup=False)
     if selection.skipped:
@@ -192,6 +225,7 @@ def _json(selection: Selection, report: PruneReport | None, dry_run: bool) -> di
                 "updated_at": iso(r.updated_at),
                 "events": r.events,
                 "bytes": r.bytes,
+                "archive": None if r.archive is None else str(r.archive),
             }
             for r in selection.removals
         ],

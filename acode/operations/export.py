@@ -30,6 +30,7 @@ __all__ = [
     "ExportFormat",
     "check_export_target",
     "export_session",
+    "in_state_dir",
     "write_export",
 ]
 
@@ -137,6 +138,11 @@ def _json_or_text(text: str) -> Any:
         return text
 
 
+def in_state_dir(path: Path) -> bool:
+    """Whether ``path`` (resolved) is inside any workspace's ``.agent/state``."""
+    return any(pair == (AGENT_DIR, "state") for pair in pairwise(path.parts))
+
+
 def check_export_target(output: Path, *, force: bool) -> Path:
     """The file an export named ``output`` goes to, symlinks resolved. Refuses a path
     inside any workspace's ``.agent/state`` (an export there could replace the database
@@ -148,7 +154,7 @@ def check_export_target(output: Path, *, force: bool) -> Path:
         is_dir = target.is_dir()
     except OSError as exc:  # a name too long, a loop of symlinks
         raise _refused(output, exc.strerror or str(exc)) from exc
-    if any(pair == (AGENT_DIR, "state") for pair in pairwise(target.parts)):
+    if in_state_dir(target):
         raise _refused(
             output,
             f"it is inside acode's state directory ({target}), where it could replace the "

@@ -61,6 +61,7 @@ class Removal(NamedTuple):
     updated_at: int
     events: int
     bytes: int
+    archive: Path | None = None  # where it was archived first (``--archive DIR``)
 
 
 class Skipped(NamedTuple):
@@ -202,8 +203,38 @@ def _keep_refused(
     return going, skipped
 
 
+def _archive_each(
+    store: EventStore,
+    rows: dict[str, SessionRow],
+    going: list[str],
+    directory: Path,
+    signer: Signer,
+    archives: dict[str, Path],
+) -> dict[str, str]:
+    """Archive each of ``going`` into ``directory`` (into ``archives``), a directory the
+    caller checked is outside acode's state; why each that could not be archived (a full
+    disk, a history that does not verify) stays."""
+    from acode.operations.archive import write_archive
+
+    unarchived: dict[str, str] = {}
+    for i in going:
+        target = directory / f"{i}.acode.gz"
+        try:
+            write_archive(store, rows[i], target, signer)
+        except OSError as exc:
+            unarchived[i] = f"its archive could not be written: {exc.strerror or exc}"
+        except AcodeError as error:
+            unarchived[i] = f"its archive could not be written: {error.message}"
+        else:
+            archives[i] = target
+    return unarchived
+
+
 def _removals(
-    rows: dict[str, SessionRow], going: list[str], cost: PruneCost
+    rows: dict[str, SessionRow],
+    going: list[str],
+    cost: PruneCost,
+    archives: dict[str, Path] | None = None,
 ) -> tuple[Removal, ...]:
     return tuple(
         Removal(
@@ -213,6 +244,7 @@ def _removals(
             updated_at=rows[i].updated_at,
             events=cost.events[i],
             bytes=cost.bytes[i],
+            archive=(archives or {}).get(i),
         )
         for i in going
     )
@@ -254,11 +286,14 @@ def prune_sessions(
     session_ids: Sequence[str],
     *,
     include_backups: bool = False,
+    archive_dir: Path | None = None,
     clock: Clock | None = None,
 ) -> PruneReport:
     """Remove the sessions ``session_ids`` (a :func:`select_sessions`'s ids) whole. Each
     is checked again under its lock, held until its removal is committed: one that was
-    resumed, taken or given events the remote lacks since is kept (``skipped``)."""
+    resumed, taken or given events the remote lacks since is kept (``skipped``). With
+    ``archive_dir``, each is archived there first (``<id>.acode.gz``, verified as it is
+    written); one whose archive cannot be written is kept, and its family with it."""
     clock = clock or SystemClock()
     ws = existing_workspace(workspace)
     signer = load_signer()
@@ -285,6 +320,15 @@ def prune_sessions(
                 locks.enter_context(lock)
                 ready.append(i)
             going, skipped = _keep_refused(ws, store, rows, ready, locked=True)
+            archives: dict[str, Path] = {}
+            if archive_dir is not None:
+                unarchived = _archive_each(store, rows, going, archive_dir, signer, archives)
+                if unarchived:
+                    skipped += [_skipped(rows[i], why) for i, why in unarchived.items()]
+                    going, family = _keep_refused(
+                        ws, store, rows, [i for i in going if i not in unarchived], locked=True
+                    )
+                    skipped += family
             cost = store.prune_cost([rows[i] for i in going])
             store.prune(
                 [rows[i] for i in going],
@@ -298,7 +342,7 @@ def prune_sessions(
                 store.files_removed(i)
         reclaimed = store.reclaim_space() if going else None
         selection = Selection(
-            removals=_removals(rows, going, cost),
+            removals=_removals(rows, going, cost, archives),
             skipped=tuple(refused + skipped),
             blobs=cost.blobs,
             blob_bytes=cost.blob_bytes,

@@ -196,3 +196,38 @@ def test_a_vacuum_without_room_leaves_the_prune_standing(acode: Cli) -> None:
     assert gone not in {s["id"] for s in acode.sessions()}
     said = acode("session", "show", gone, expect=1)
     assert "ACODE-SESSION-003" in said.flat_err
+
+
+def test_archive_first_keeps_what_cannot_be_archived_and_import_brings_one_back(
+    acode: Cli, ended: dict[str, str], tmp_path: Path
+) -> None:
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    (archives / f"{ended['failed']}.acode.gz").mkdir()  # no archive can take its name
+
+    data = acode(
+        "session", "prune", "--state", "completed", "--state", "failed",
+        "--archive", str(archives), "--yes", "--json",
+    ).json()  # fmt: skip
+
+    (removed,) = data["removed"]
+    assert removed["id"] == ended["completed"]
+    assert removed["archive"] == str(archives / f"{ended['completed']}.acode.gz")
+    (kept,) = data["skipped"]
+    assert kept["id"] == ended["failed"]
+    assert kept["reason"].startswith("its archive could not be written: ")
+    acode("session", "import", removed["archive"])
+    assert {s["id"] for s in acode.sessions()} == set(ended.values())
+    assert acode("session", "show", ended["completed"][:13]).code == 0
+
+
+@pytest.mark.parametrize("where", ["missing", ".agent/state"])
+def test_an_archive_directory_that_cannot_be_is_refused_before_anything(
+    acode: Cli, ended: dict[str, str], where: str
+) -> None:
+    refused = acode(
+        "session", "prune", "--state", "completed", "--archive", where, "--yes", expect=2
+    )
+
+    assert refused.flat_err.startswith(f"error ACODE-USAGE-001: --archive {where}: ")
+    assert len(acode.sessions()) == 3

@@ -28,6 +28,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     │   ├── DatabaseDamagedError   empty, truncated or corrupt (ACODE-DB-003)   exit 1
     │   └── RemoteUnavailable      the sync remote cannot be used for now       exit 1
     ├── EnvironmentFaultError      a full disk, a read-only file system (ENV-*) exit 1
+    ├── FleetError                 the work queue or a queued item (FLEET-*)    exit 1
     └── WorkNotFoundError          no task or work session with that id (WORK-003) exit 1
 
 Control flow that is not a failure lives outside the hierarchy: ``PauseRequested``
@@ -58,6 +59,7 @@ __all__ = [
     "EnvironmentFaultError",
     "EnvironmentValidationError",
     "ErrorCode",
+    "FleetError",
     "ModelBusyError",
     "ModelError",
     "NonDeterminismError",
@@ -119,6 +121,9 @@ class ErrorCode(StrEnum):
     DISK_FULL = "ACODE-ENV-001"
     READ_ONLY = "ACODE-ENV-002"
     NAME_TOO_LONG = "ACODE-ENV-003"
+    FLEET_WORK = "ACODE-FLEET-001"
+    FLEET_ITEM = "ACODE-FLEET-002"
+    FLEET_QUEUE = "ACODE-FLEET-003"
 
 
 class AcodeError(Exception):
@@ -264,6 +269,13 @@ class EnvironmentFaultError(AcodeError):
     pauses, and resume runs the step again once the cause is gone."""
 
     code = ErrorCode.DISK_FULL
+
+
+class FleetError(AcodeError):
+    """The fleet's work queue cannot be used (FLEET-003), an item cannot be acted on
+    (FLEET-002), or a worker could not do an item's work: clone, push (FLEET-001)."""
+
+    code = ErrorCode.FLEET_WORK
 
 
 class WorkNotFoundError(AcodeError):

@@ -25,6 +25,7 @@ __all__ = [
     "AcodeConfig",
     "AgentSettings",
     "EngineConfig",
+    "FleetSettings",
     "LogSettings",
     "ModelSettings",
     "Price",
@@ -120,6 +121,15 @@ class SyncSettings:
 
 
 @dataclass(frozen=True)
+class FleetSettings:
+    """The PostgreSQL queue of `acode queue` and `acode worker` (``fleet:``); a null
+    ``url`` falls back to ``sync.remote``."""
+
+    url: str | None = None
+    lease_seconds: float = 30.0  # a worker that stops renewing loses its items after this
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """The size of `.agent/state/logs/acode.jsonl` and how many old files stay (``log:``)."""
 
@@ -135,6 +145,7 @@ class AcodeConfig:
     resume: ResumeSettings = field(default_factory=ResumeSettings)
     run: RunSettings = field(default_factory=RunSettings)
     sync: SyncSettings = field(default_factory=SyncSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     log: LogSettings = field(default_factory=LogSettings)
     # model name -> price; a model without an entry has no cost shown
@@ -265,6 +276,14 @@ def _env_var_name() -> _Rule:
     )
 
 
+def _lease() -> _Rule:
+    def parse(value: object) -> object:
+        number = _as_number(value)
+        return number if number is not None and 1 <= number <= 86400 else _INVALID
+
+    return _Rule(expected="a number of seconds between 1 and 86400", parse=parse)
+
+
 def _boolean() -> _Rule:
     return _Rule(expected="true or false", parse=lambda v: v if isinstance(v, bool) else _INVALID)
 
@@ -315,6 +334,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
         {"default_timeout_seconds": _timeout(), "max_output_bytes": _positive_int()},
     ),
     "sync": (SyncSettings, {"remote": _optional_text()}),
+    "fleet": (FleetSettings, {"url": _optional_text(), "lease_seconds": _lease()}),
     "log": (LogSettings, {"max_bytes": _positive_int(), "keep": _positive_int()}),
 }
 _TOP_LEVEL_SCALARS: dict[str, _Rule] = {

@@ -1,0 +1,179 @@
+"""Worker processes, each in a directory of its own (its machine), taking items of one
+queue in a real PostgreSQL and pushing to a bare repository on disk: every item ends
+exactly once, its branch holds what an uninterrupted run leaves, no step ran twice (the
+effects file outside every workspace), whatever a worker meets: SIGTERM, SIGKILL, a
+network that swallows its packets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+from tests.fleet.conftest import Fleet, git, reference_tree, write_plan
+
+
+def _queue(fleet: Fleet, bare: Path, count: int, effects: Path, sleep: float = 0) -> list[str]:
+    trees = []
+    for i in range(1, count + 1):
+        plan = write_plan(fleet.root / f"plan{i}.yaml", i, effects, sleep)
+        added = fleet.acode("queue", "add", str(plan), "--repo", str(bare))
+        assert added.returncode == 0, added.stderr
+        alone = write_plan(fleet.root / f"ref{i}.yaml", i, fleet.root / "ref-effects")
+        trees.append(reference_tree(fleet, bare, alone, f"ref{i}"))
+    return trees
+
+
+def _check_done(fleet: Fleet, bare: Path, trees: list[str], effects: Path) -> None:
+    items = fleet.items()
+    assert [i["state"] for i in items] == ["done"] * len(trees), items
+    for item, tree in zip(items, trees, strict=True):
+        assert git(bare, "rev-parse", f"{item['result_branch']}^{{tree}}") == tree
+    lines = effects.read_text(encoding="utf-8").splitlines()
+    expected = [f"{i}-{e}" for i in range(1, len(trees) + 1) for e in ("e1", "e2")]
+    assert sorted(lines) == sorted(expected), "a step ran twice, or not at all"
+
+
+def test_two_workers_run_every_item_exactly_once(fleet: Fleet, bare_repo: Path) -> None:
+    effects = fleet.root / "effects"
+    trees = _queue(fleet, bare_repo, 3, effects)
+
+    a = fleet.worker("a", "--once", "--concurrency", "2")
+    b = fleet.worker("b", "--once")
+
+    assert a.wait(120) == 0
+    assert b.wait(120) == 0
+    _check_done(fleet, bare_repo, trees, effects)
+    claimed = [e["item"] for n in "ab" for e in fleet.output(n) if e["event"] == "claimed"]
+    assert sorted(claimed) == [1, 2, 3], "an item was claimed twice"
+    status = fleet.acode("worker", "status", "--json")
+    assert [w["stopped_at"] is not None for w in json.loads(status.stdout)] == [True, True]
+
+
+def test_sigterm_gives_the_items_back_and_another_worker_resumes_them(
+    fleet: Fleet, bare_repo: Path
+) -> None:
+    effects = fleet.root / "effects"
+    trees = _queue(fleet, bare_repo, 2, effects, sleep=3)
+    a = fleet.worker("a", "--concurrency", "2")
+    fleet.wait_for(
+        "both sessions started",
+        lambda: effects.exists() and len(effects.read_text().splitlines()) >= 2,
+    )
+
+    a.send_signal(signal.SIGTERM)
+
+    assert a.wait(60) == 0
+    items = fleet.items()
+    assert [i["state"] for i in items] == ["queued", "queued"], items
+    assert all(i["session_id"] for i in items)
+    assert {e["event"] for e in fleet.output("a")} >= {"released", "stopped"}
+    b = fleet.worker("b", "--once", "--concurrency", "2")
+    assert b.wait(120) == 0
+    _check_done(fleet, bare_repo, trees, effects)
+    resumed = [e for e in fleet.output("b") if e["event"] == "claimed"]
+    assert {e["action"] for e in resumed} == {"resume"}
+
+
+def test_a_killed_workers_items_are_taken_when_its_leases_lapse(
+    fleet: Fleet, bare_repo: Path
+) -> None:
+    effects = fleet.root / "effects"
+    trees = _queue(fleet, bare_repo, 2, effects, sleep=3)
+    a = fleet.worker("a", "--concurrency", "2")
+    fleet.wait_for(
+        "both sessions started",
+        lambda: effects.exists() and len(effects.read_text().splitlines()) >= 2,
+    )
+
+    os.kill(a.pid, signal.SIGKILL)
+    a.wait()
+    b = fleet.worker("b", "--once", "--concurrency", "2")
+
+    assert b.wait(120) == 0
+    _check_done(fleet, bare_repo, trees, effects)
+    claims = [e for e in fleet.output("b") if e["event"] == "claimed"]
+    assert sorted((e["item"], e["epoch"]) for e in claims) == [(1, 2), (2, 2)]
+
+
+def test_a_worker_killed_before_its_sessions_started_loses_them_to_another(
+    fleet: Fleet, bare_repo: Path
+) -> None:
+    effects = fleet.root / "effects"
+    trees = _queue(fleet, bare_repo, 2, effects)
+    # A worker that claimed both and died before starting them: its leases simply lapse.
+    fleet.execute(
+        "UPDATE acode_fleet.queue_items SET state = 'running', epoch = 1, attempts = 1,"
+        " worker_id = 'dead', worker_host = 'gone', worker_pid = 1,"
+        " lease_expires = now() + interval '2 seconds'"
+    )
+
+    b = fleet.worker("b", "--once")
+
+    assert b.wait(120) == 0
+    _check_done(fleet, bare_repo, trees, effects)
+    assert {e["action"] for e in fleet.output("b") if e["event"] == "claimed"} == {"start"}
+
+
+def test_a_partitioned_worker_stops_and_its_late_writes_are_refused(
+    fleet: Fleet, bare_repo: Path
+) -> None:
+    effects = fleet.root / "effects"
+    trees = _queue(fleet, bare_repo, 1, effects, sleep=4)
+    from tests.support.tcp_proxy import Proxy
+
+    cut = Proxy(fleet.pg.target).start()  # worker a's own network to the queue
+    try:
+        a = fleet.worker("a", url=fleet.pg.url_via(cut.port, fleet.dbname))
+        fleet.wait_for("the session started", effects.exists)
+        cut.set_mode("blackhole")
+        b = fleet.worker("b", "--once")
+        assert b.wait(120) == 0
+        cut.set_mode("pass")
+        fleet.wait_for(
+            "worker a to see its lease gone",
+            lambda: any(e["event"] == "lost" for e in fleet.output("a")),
+        )
+        a.send_signal(signal.SIGTERM)
+        assert a.wait(60) == 0
+    finally:
+        cut.close()
+    _check_done(fleet, bare_repo, trees, effects)
+    (item,) = fleet.items()
+    assert item["epoch"] == 2
+    assert item["worker_id"] is not None
+    assert not any(e["event"] in ("done", "failed", "released") for e in fleet.output("a"))
+
+
+def test_a_stale_epoch_writes_nothing(fleet: Fleet, bare_repo: Path) -> None:
+    from acode.fleet.queue import LeaseLost, Queue
+
+    fleet.acode("queue", "add", "Fix", "--repo", str(bare_repo))
+    first, second = Queue(fleet.url), Queue(fleet.url)
+    try:
+        old = first.claim("default", "w1", 0.1)
+        assert old is not None
+        import time
+
+        time.sleep(0.3)
+        new = second.claim("default", "w2", 30)
+        assert new is not None
+        assert new.epoch == old.epoch + 1
+        for write in (
+            lambda: first.finish(old, branch="x", error=None),
+            lambda: first.release(old),
+            lambda: first.record_session(old, "0" * 32, "/tmp"),
+            lambda: first.renew(old, 30),
+        ):
+            try:
+                write()
+            except LeaseLost:
+                continue
+            raise AssertionError("a write with a stale epoch was taken")
+        assert first.renew_all([old], 30) == set()
+    finally:
+        first.close()
+        second.close()
+    (item,) = fleet.items()
+    assert (item["state"], item["worker_id"], item["result_branch"]) == ("running", "w2", None)

@@ -143,13 +143,12 @@ def queue_list(
     from rich.table import Table
 
     table = Table(box=None, header_style="bold", pad_edge=False)
-    # Every column keeps its width but the title's and the detail's, cut to fit.
-    table.add_column("ID", justify="right", no_wrap=True, min_width=2)
-    table.add_column("QUEUE", no_wrap=True, min_width=5, max_width=12, overflow="ellipsis")
-    table.add_column("STATE", no_wrap=True, min_width=9)
-    table.add_column("SINCE (UTC)", no_wrap=True, min_width=19)
-    table.add_column("TITLE", min_width=8, max_width=30, overflow="ellipsis", no_wrap=True)
-    table.add_column("DETAIL", overflow="ellipsis", no_wrap=True, ratio=1)
+    # The short columns keep their width; the title and the detail (a failure's whole
+    # reason) wrap to fit the terminal.
+    for name in ("ID", "QUEUE", "STATE", "SINCE (UTC)"):
+        table.add_column(name, no_wrap=True, justify="right" if name == "ID" else "left")
+    table.add_column("TITLE", min_width=8, max_width=30)
+    table.add_column("DETAIL", min_width=10)
     for i in items:
         table.add_row(
             *cells(str(i.id), i.queue, i.state, _since(i), i.title.splitlines()[0], _detail(i))
@@ -159,7 +158,9 @@ def queue_list(
 
 @queue_app.command("cancel")
 def queue_cancel(
-    item_id: Annotated[int, typer.Argument(help="The queue item's id (acode queue list).")],
+    item_id: Annotated[
+        int, typer.Argument(help="The queue item's id (acode queue list).", metavar="ID")
+    ],
     workspace: WorkspaceOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -266,17 +267,22 @@ def _repo(item: QueueItem) -> str:
     return f"{where} {item.branch}" if item.branch else where
 
 
-def _time(moment: datetime | None) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if moment else ""
+def _time(moment: datetime | None, form: str = "%Y-%m-%d %H:%M:%S") -> str:
+    return moment.astimezone(UTC).strftime(form) if moment else ""
 
 
 def _times(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: _time(v) or None for k, v in row.items() if isinstance(v, datetime) or v is None}
+    """The row's times in ISO 8601 (UTC), for JSON."""
+    return {
+        k: _time(v, "%Y-%m-%dT%H:%M:%SZ") or None
+        for k, v in row.items()
+        if isinstance(v, datetime) or v is None
+    }
 
 
 def _since(item: QueueItem) -> str:
     moment = {"running": item.started_at, "queued": item.created_at}.get(item.state)
-    return _time(moment or item.finished_at or item.updated_at)
+    return _time(moment or item.finished_at or item.updated_at, "%m-%d %H:%M")
 
 
 def _detail(item: QueueItem) -> str:

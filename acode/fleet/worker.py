@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -280,7 +280,9 @@ class Worker:
             held.proc = subprocess.Popen(
                 [sys.executable, "-m", "acode", argv[0], "-w", argv[1], *_CHILD_FLAGS, argv[2]],
                 cwd=workspace,
-                env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+                # acode itself, which signs its session with the key; the queue's URL
+                # is the worker's business, not the session's.
+                env={**_without(os.environ, "ACODE_FLEET_URL"), "GIT_TERMINAL_PROMPT": "0"},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -371,6 +373,10 @@ class Worker:
     def _busy(self) -> bool:
         with self._lock:
             return bool(self._held)
+
+
+def _without(env: Mapping[str, str], name: str) -> dict[str, str]:
+    return {key: value for key, value in env.items() if key != name}
 
 
 def _json_line(line: str) -> dict[str, Any]:

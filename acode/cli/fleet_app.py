@@ -293,7 +293,9 @@ def _detail(item: QueueItem) -> str:
     if item.state == "failed":
         return item.error or ""
     if item.state == "queued" and item.session_id:
-        return f"to resume session {item.session_id[:8]}"
+        from acode.fleet.repo import fleet_id
+
+        return f"to resume session {fleet_id(item.session_id)}"
     return _repo(item)
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "check_branch",
     "check_repo_url",
     "clone",
+    "fleet_id",
     "mask_url",
     "push_result",
     "result_branch",
@@ -87,12 +88,16 @@ def check_branch(branch: str) -> str:
     return result.stdout.strip()
 
 
-def result_branch(session_id: str) -> str:
-    """``acode/<short id>-<6 more>``: the short id (8 hex digits) is the time the session
+def fleet_id(session_id: str) -> str:
+    """``<short id>-<6 more>``: the short id (8 hex digits) is the time the session
     started to a minute, shared by every session a fleet starts in that minute; the end
     of its random part tells them apart."""
     digits = session_id.replace("-", "")
-    return f"acode/{digits[:8]}-{digits[-6:]}"
+    return f"{digits[:8]}-{digits[-6:]}"
+
+
+def result_branch(session_id: str) -> str:
+    return f"acode/{fleet_id(session_id)}"
 
 
 def clone(url: str, branch: str | None, target: Path) -> None:

@@ -180,6 +180,7 @@ class Worker:
         held = _Held(item, time.monotonic() + self.options.lease_seconds * 0.9)
         with self._lock:
             self._held[item.id] = held
+        self._beat(queue)
         try:
             self._run_item(queue, held)
         except LeaseLost:
@@ -188,6 +189,15 @@ class Worker:
         finally:
             with self._lock:
                 del self._held[item.id]
+            self._beat(queue)
+
+    def _beat(self, queue: Queue) -> None:
+        """The heartbeat with the count of items running, at once (`acode worker
+        status`); the renewals repeat it. One missed is no matter."""
+        with self._lock:
+            running = len(self._held)
+        with contextlib.suppress(FleetError):
+            queue.heartbeat(self.id, running)
 
     def _run_item(self, queue: Queue, held: _Held) -> None:
         item = held.item

@@ -11,6 +11,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.fleet.conftest import Fleet, git, reference_tree, write_plan
 
 
@@ -177,3 +179,45 @@ def test_a_stale_epoch_writes_nothing(fleet: Fleet, bare_repo: Path) -> None:
         second.close()
     (item,) = fleet.items()
     assert (item["state"], item["worker_id"], item["result_branch"]) == ("running", "w2", None)
+
+
+def test_a_failing_session_fails_its_item_not_the_worker(fleet: Fleet, bare_repo: Path) -> None:
+    broken = fleet.root / "broken.yaml"
+    broken.write_text(
+        "title: broken\ntasks:\n  - id: t\n    title: t\n    steps:\n"
+        "      - {id: boom, run: 'echo no such luck >&2; exit 3'}\n",
+        encoding="utf-8",
+    )
+    effects = fleet.root / "effects"
+    assert fleet.acode("queue", "add", str(broken), "--repo", str(bare_repo)).returncode == 0
+    trees = _queue(fleet, bare_repo, 1, effects)
+
+    worker = fleet.worker("a", "--once")
+
+    assert worker.wait(120) == 0
+    failed, done = fleet.items()
+    assert failed["state"] == "failed"
+    assert "exit" in failed["error"]
+    assert failed["result_branch"] is None
+    assert done["state"] == "done"
+    assert git(bare_repo, "rev-parse", f"{done['result_branch']}^{{tree}}") == trees[0]
+
+
+def test_a_branch_holding_other_work_is_never_overwritten(tmp_path: Path, bare_repo: Path) -> None:
+    from acode.errors import FleetError
+    from acode.fleet.repo import push_result, result_branch
+
+    session = "01a21bd3-11e9-75a1-8e7a-c9daa4b70661"
+    theirs, ours = tmp_path / "theirs", tmp_path / "ours"
+    for clone in (theirs, ours):
+        git(tmp_path, "clone", "-q", str(bare_repo), str(clone))
+    (theirs / "x.txt").write_text("someone else's\n")
+    git(theirs, "add", "x.txt")
+    git(theirs, "commit", "-q", "-m", "theirs")
+    git(theirs, "push", "-q", "origin", f"HEAD:refs/heads/{result_branch(session)}")
+    before = git(bare_repo, "rev-parse", result_branch(session))
+    (ours / "y.txt").write_text("ours\n")
+
+    with pytest.raises(FleetError, match="holds other commits: not overwritten"):
+        push_result(ours, str(bare_repo), session)
+    assert git(bare_repo, "rev-parse", result_branch(session)) == before

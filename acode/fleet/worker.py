@@ -233,7 +233,9 @@ class Worker:
         if held.lost.is_set():
             raise LeaseLost(f"queue item {item.id}")
         session_id = final.get("id") or item.session_id
-        if code == 130 and self._stopping.is_set():
+        # Paused (130), or ended by the SIGTERM before it could pause (it had just
+        # started): either way resumable, as after a crash.
+        if self._stopping.is_set() and (code == 130 or code < 0):
             self._write(held, lambda: queue.release(item))
             self._report({"event": "released", "item": item.id, "session": session_id})
             return
@@ -336,11 +338,16 @@ class Worker:
 
     @staticmethod
     def _log_tail(scratch: Path) -> str:
+        """Why the session's process ended, from its standard error: its last error
+        with its hint, else its last line."""
         try:
             lines = (scratch / "session.log").read_text(errors="replace").splitlines()
         except OSError:
             return ""
-        return next((line.strip() for line in reversed(lines) if line.strip()), "")
+        lines = [line.strip() for line in lines if line.strip()]
+        errors = [n for n, line in enumerate(lines) if line.startswith("error ")]
+        tail = " ".join(lines[errors[-1] :]) if errors else (lines[-1] if lines else "")
+        return tail if len(tail) <= 500 else tail[:497] + "..."
 
     # -- leases -----------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ class Fleet:
     proxy: Proxy
     root: Path
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)  # the workers' besides
 
     @property
     def url(self) -> str:
@@ -47,6 +48,7 @@ class Fleet:
             ACODE_CHECKPOINT_SECRET=SECRET,
             COLUMNS="100",
         )
+        env.update(self.extra_env)
         return env
 
     def acode(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

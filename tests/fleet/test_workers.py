@@ -221,3 +221,30 @@ def test_a_branch_holding_other_work_is_never_overwritten(tmp_path: Path, bare_r
     with pytest.raises(FleetError, match="holds other commits: not overwritten"):
         push_result(ours, str(bare_repo), session)
     assert git(bare_repo, "rev-parse", result_branch(session)) == before
+
+
+def test_a_task_for_the_model_runs_as_acode_run_runs_it(fleet: Fleet, tmp_path: Path) -> None:
+    from tests.agent.scenario import TASK, VALIDATE_PY, expected_login, rules, start_repository
+    from tests.support.fake_openai import FakeOpenAI
+
+    source = tmp_path / "agent-source"
+    start_repository(source)
+    bare = tmp_path / "agent.git"
+    git(tmp_path, "clone", "-q", "--bare", str(source), str(bare))
+    assert fleet.acode("queue", "add", TASK, "--repo", str(bare)).returncode == 0
+
+    with FakeOpenAI() as model:
+        model.converse(rules())
+        fleet.extra_env = {
+            "ACODE_MODEL_BASE_URL": model.base_url,
+            "ACODE_MODEL_NAME": "fake-model",
+        }
+        worker = fleet.worker("a", "--once")
+        assert worker.wait(120) == 0
+
+    (item,) = fleet.items()
+    assert item["state"] == "done", item
+    assert (item["kind"], item["task"]) == ("task", TASK)
+    branch = item["result_branch"]
+    assert git(bare, "show", f"{branch}:src/validate.py") + "\n" == VALIDATE_PY
+    assert git(bare, "show", f"{branch}:src/login.py") + "\n" == expected_login()

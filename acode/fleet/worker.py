@@ -77,7 +77,13 @@ class Worker:
         self.options = options
         self.id = uuid.uuid4().hex[:12]
         self.host = socket.gethostname()
-        self._report = report
+        guard = threading.Lock()
+
+        def serialized(event: dict[str, Any]) -> None:  # one line at a time, from any thread
+            with guard:
+                report(event)
+
+        self._report = serialized
         self._stopping = threading.Event()
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
@@ -144,6 +150,7 @@ class Worker:
     def _write(self, held: _Held, write: Callable[[], None]) -> None:
         """A fenced write to the item, tried again while the queue cannot be reached and
         the lease has not lapsed by this worker's clock; then the item is lost."""
+        told = False
         while True:
             if held.lost.is_set():
                 raise LeaseLost(f"queue item {held.item.id}")
@@ -151,7 +158,9 @@ class Worker:
                 write()
                 return
             except FleetError as exc:
-                self._report({"event": "queue_unreachable", "reason": exc.message})
+                if not told:  # once, not twice a second while the network is out
+                    self._report({"event": "queue_unreachable", "reason": exc.message})
+                    told = True
             held.lost.wait(0.5)
 
     # -- slots ----------------------------------------------------------------------
@@ -225,10 +234,15 @@ class Worker:
         else:
             workspace = scratch / "repo"
             try:
-                argv = ["run", str(workspace), self._prepare(item, scratch)]
+                target = self._prepare(item, scratch)
             except FleetError as exc:
                 self._finish(queue, held, None, exc.message)
                 return
+            # A session resumed in a fresh clone (a shared store): `acode resume` finds
+            # it in the store and its work tree by the hand-off ref.
+            resumed = decision.action is Action.RESUME
+            argv = ["resume" if resumed else "run", str(workspace)]
+            argv.append(str(item.session_id) if resumed else target)
         code, final = self._run_child(queue, held, argv, workspace)
         if held.lost.is_set():
             raise LeaseLost(f"queue item {item.id}")

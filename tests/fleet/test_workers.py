@@ -53,8 +53,9 @@ def test_two_workers_run_every_item_exactly_once(fleet: Fleet, bare_repo: Path) 
     assert [w["stopped_at"] is not None for w in json.loads(status.stdout)] == [True, True]
 
 
-def test_sigterm_gives_the_items_back_and_another_worker_resumes_them(
-    fleet: Fleet, bare_repo: Path
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_worker_gives_the_items_back_and_another_worker_resumes_them(
+    fleet: Fleet, bare_repo: Path, stop: signal.Signals
 ) -> None:
     effects = fleet.root / "effects"
     trees = _queue(fleet, bare_repo, 2, effects, sleep=3)
@@ -64,7 +65,7 @@ def test_sigterm_gives_the_items_back_and_another_worker_resumes_them(
         lambda: effects.exists() and len(effects.read_text().splitlines()) >= 2,
     )
 
-    a.send_signal(signal.SIGTERM)
+    a.send_signal(stop)
 
     assert a.wait(60) == 0
     items = fleet.items()

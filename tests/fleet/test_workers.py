@@ -249,3 +249,22 @@ def test_a_task_for_the_model_runs_as_acode_run_runs_it(fleet: Fleet, tmp_path: 
     branch = item["result_branch"]
     assert git(bare, "show", f"{branch}:src/validate.py") + "\n" == VALIDATE_PY
     assert git(bare, "show", f"{branch}:src/login.py") + "\n" == expected_login()
+
+
+def test_cancelling_a_running_item_stops_its_session(fleet: Fleet, bare_repo: Path) -> None:
+    effects = fleet.root / "effects"
+    _queue(fleet, bare_repo, 1, effects, sleep=30)
+    worker = fleet.worker("a")
+    fleet.wait_for("the session started", effects.exists)
+
+    assert fleet.acode("queue", "cancel", "1").returncode == 0
+    fleet.wait_for(
+        "the worker to stop it", lambda: any(e["event"] == "lost" for e in fleet.output("a"))
+    )
+    worker.send_signal(signal.SIGTERM)
+
+    assert worker.wait(60) == 0
+    (item,) = fleet.items()
+    assert (item["state"], item["result_branch"]) == ("cancelled", None)
+    assert effects.read_text().splitlines() == ["1-e1"], "the session went on"
+    assert git(bare_repo, "branch", "--list", "acode/*") == ""

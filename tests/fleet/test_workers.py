@@ -100,23 +100,42 @@ def test_a_killed_workers_items_are_taken_when_its_leases_lapse(
     assert sorted((e["item"], e["epoch"]) for e in claims) == [(1, 2), (2, 2)]
 
 
+def _ssh(path: Path, body: str) -> str:
+    """A stand-in for ssh: git runs ``ssh HOST COMMAND``; this runs COMMAND here."""
+    path.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
+    path.chmod(0o755)
+    return str(path)
+
+
 def test_a_worker_killed_before_its_sessions_started_loses_them_to_another(
     fleet: Fleet, bare_repo: Path
 ) -> None:
     effects = fleet.root / "effects"
-    trees = _queue(fleet, bare_repo, 2, effects)
-    # A worker that claimed both and died before starting them: its leases simply lapse.
-    fleet.execute(
-        "UPDATE acode_fleet.queue_items SET state = 'running', epoch = 1, attempts = 1,"
-        " worker_id = 'dead', worker_host = 'gone', worker_pid = 1,"
-        " lease_expires = now() + interval '2 seconds'"
+    url = f"ssh://repo.invalid{bare_repo}"
+    plan = write_plan(fleet.root / "plan1.yaml", 1, effects)
+    assert fleet.acode("queue", "add", str(plan), "--repo", url).returncode == 0
+    alone = write_plan(fleet.root / "ref1.yaml", 1, fleet.root / "ref-effects")
+    tree = reference_tree(fleet, bare_repo, alone, "ref1")
+    # Worker a's clone never gets an answer: it holds the item, no session started.
+    fleet.extra_env = {"GIT_SSH_COMMAND": _ssh(fleet.root / "stuck-ssh", "sleep 20")}
+    a = fleet.worker("a")
+    fleet.wait_for(
+        "worker a to claim the item",
+        lambda: any(e["event"] == "claimed" for e in fleet.output("a")),
     )
 
+    os.kill(a.pid, signal.SIGKILL)
+    a.wait()
+    serve = 'for command; do :; done; exec sh -c "$command"'  # the last argument
+    fleet.extra_env = {"GIT_SSH_COMMAND": _ssh(fleet.root / "ssh", serve)}
     b = fleet.worker("b", "--once")
 
     assert b.wait(120) == 0
-    _check_done(fleet, bare_repo, trees, effects)
-    assert {e["action"] for e in fleet.output("b") if e["event"] == "claimed"} == {"start"}
+    (item,) = fleet.items()
+    assert (item["state"], item["epoch"], item["attempts"]) == ("done", 2, 2), item
+    assert git(bare_repo, "rev-parse", f"{item['result_branch']}^{{tree}}") == tree
+    assert sorted(effects.read_text().splitlines()) == ["1-e1", "1-e2"]
+    assert [e["action"] for e in fleet.output("b") if e["event"] == "claimed"] == ["start"]
 
 
 def test_a_partitioned_worker_stops_and_its_late_writes_are_refused(

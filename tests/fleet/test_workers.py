@@ -30,8 +30,10 @@ def _queue(fleet: Fleet, bare: Path, count: int, effects: Path, sleep: float = 0
 def _check_done(fleet: Fleet, bare: Path, trees: list[str], effects: Path) -> None:
     items = fleet.items()
     assert [i["state"] for i in items] == ["done"] * len(trees), items
-    for item, tree in zip(items, trees, strict=True):
+    for n, (item, tree) in enumerate(zip(items, trees, strict=True), start=1):
         assert git(bare, "rev-parse", f"{item['result_branch']}^{{tree}}") == tree
+        subjects = git(bare, "log", "--format=%s", item["result_branch"]).splitlines()
+        assert subjects.count(f"Add a{n}") == 1, f"a commit doubled: {subjects}"
     lines = effects.read_text(encoding="utf-8").splitlines()
     expected = [f"{i}-{e}" for i in range(1, len(trees) + 1) for e in ("e1", "e2")]
     assert sorted(lines) == sorted(expected), "a step ran twice, or not at all"

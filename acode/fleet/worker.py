@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from acode.errors import FleetError
+from acode.errors import FleetError, TerminalStateError
 from acode.fleet.queue import LeaseLost, Queue, QueueItem
 from acode.fleet.reclaim import Action, decide_claim
 from acode.fleet.repo import clone, mask_url, push_result
@@ -246,6 +246,10 @@ class Worker:
         code, final = self._run_child(queue, held, argv, workspace)
         if held.lost.is_set():
             raise LeaseLost(f"queue item {item.id}")
+        if argv[0] == "resume" and code == TerminalStateError.exit_code:
+            # It ended before: its worker died between the end and the push.
+            final = {"id": item.session_id, **self._ended(workspace, str(item.session_id))}
+            code = 0 if final.get("state") == "COMPLETED" else 1
         session_id = final.get("id") or item.session_id
         # Paused (130), or ended by the SIGTERM before it could pause (it had just
         # started): either way resumable, as after a crash.
@@ -349,6 +353,20 @@ class Worker:
             log.close()
             if held.proc is not None and held.proc.poll() is None:
                 held.proc.wait()
+
+    @staticmethod
+    def _ended(workspace: Path, session_id: str) -> dict[str, Any]:
+        """`acode status --json` of a session that ended: its state, and why."""
+        status = ["status", "-w", str(workspace), "--json", "--", session_id]
+        shown = subprocess.run(
+            [sys.executable, "-m", "acode", *status],
+            env=_without(os.environ, "ACODE_FLEET_URL"),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        state = str(_json_line(shown.stdout).get("state", ""))
+        return {"state": state, "message": f"session {session_id} is {state or 'unreadable'}"}
 
     @staticmethod
     def _log_tail(scratch: Path) -> str:

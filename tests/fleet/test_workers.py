@@ -289,3 +289,33 @@ def test_cancelling_a_running_item_stops_its_session(fleet: Fleet, bare_repo: Pa
     assert (item["state"], item["result_branch"]) == ("cancelled", None)
     assert effects.read_text().splitlines() == ["1-e1"], "the session went on"
     assert git(bare_repo, "branch", "--list", "acode/*") == ""
+
+
+def test_a_session_that_ended_before_its_worker_died_is_pushed_by_the_next(
+    fleet: Fleet, bare_repo: Path
+) -> None:
+    """A worker killed between its session's end and the push: the next claim resumes it
+    in place, finds it COMPLETED, and pushes what it left."""
+    import socket
+
+    effects = fleet.root / "effects"
+    (tree,) = _queue(fleet, bare_repo, 1, effects)
+    workspace = fleet.root / "dead-worker" / ".agent" / "fleet" / "item-1" / "repo"
+    git(fleet.root, "clone", "-q", str(bare_repo), str(workspace))
+    ran = fleet.acode(
+        "run", str(fleet.root / "plan1.yaml"), "-w", str(workspace), "--json", cwd=workspace
+    )
+    assert ran.returncode == 0, ran.stderr
+    session = json.loads(ran.stdout.splitlines()[0])["id"]
+    fleet.execute(
+        "UPDATE acode_fleet.queue_items SET state = 'running', epoch = 1, attempts = 1,"
+        " worker_id = 'dead', worker_host = %s, worker_pid = 1, lease_expires = now(),"
+        " session_id = %s, session_host = %s, session_workspace = %s, outside_effects = true",
+        (socket.gethostname(), session, socket.gethostname(), str(workspace)),
+    )
+
+    worker = fleet.worker("b", "--once")
+
+    assert worker.wait(120) == 0
+    _check_done(fleet, bare_repo, [tree], effects)
+    assert [e["action"] for e in fleet.output("b") if e["event"] == "claimed"] == ["resume"]

@@ -28,6 +28,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     │   ├── DatabaseDamagedError   empty, truncated or corrupt (ACODE-DB-003)   exit 1
     │   └── RemoteUnavailable      the sync remote cannot be used for now       exit 1
     ├── EnvironmentFaultError      a full disk, a read-only file system (ENV-*) exit 1
+    ├── ArchiveError               an archive refused by import (ARCHIVE-*)     exit 1
     ├── FleetError                 the work queue or a queued item (FLEET-*)    exit 1
     └── WorkNotFoundError          no task or work session with that id (WORK-003) exit 1
 
@@ -51,6 +52,7 @@ __all__ = [
     "AmbiguousSessionError",
     "ApprovalChangedError",
     "ApprovalPending",
+    "ArchiveError",
     "CheckpointError",
     "ConfigError",
     "ContinuationError",
@@ -121,6 +123,11 @@ class ErrorCode(StrEnum):
     DISK_FULL = "ACODE-ENV-001"
     READ_ONLY = "ACODE-ENV-002"
     NAME_TOO_LONG = "ACODE-ENV-003"
+    ARCHIVE_INVALID = "ACODE-ARCHIVE-001"
+    ARCHIVE_TOO_NEW = "ACODE-ARCHIVE-002"
+    ARCHIVE_TAMPERED = "ACODE-ARCHIVE-003"
+    ARCHIVE_OTHER_KEY = "ACODE-ARCHIVE-004"
+    ARCHIVE_SESSION_EXISTS = "ACODE-ARCHIVE-005"
     FLEET_WORK = "ACODE-FLEET-001"
     FLEET_ITEM = "ACODE-FLEET-002"
     FLEET_QUEUE = "ACODE-FLEET-003"
@@ -269,6 +276,14 @@ class EnvironmentFaultError(AcodeError):
     pauses, and resume runs the step again once the cause is gone."""
 
     code = ErrorCode.DISK_FULL
+
+
+class ArchiveError(AcodeError):
+    """A file `acode session import` refuses: not an archive, damaged, changed, made with
+    another key or by a newer acode, or of a session the store holds otherwise. Nothing
+    was written."""
+
+    code = ErrorCode.ARCHIVE_INVALID
 
 
 class FleetError(AcodeError):

@@ -288,7 +288,7 @@ def status(
     workspace: WorkspaceOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show a session's state, progress, lock and sync status."""
+    """Show a session's state, progress, lock, sync and hand-off status."""
     from acode.cli import inspect
 
     inspect.status(workspace_dir(workspace), session_id, as_json)
@@ -300,7 +300,8 @@ def sync(
     wait: Annotated[
         bool,
         typer.Option(
-            "--wait", help="Retry with back-off until every event is pushed or --timeout passes."
+            "--wait",
+            help="Retry with back-off until everything is pushed or --timeout passes.",
         ),
     ] = False,
     timeout: Annotated[
@@ -309,7 +310,7 @@ def sync(
     ] = 30.0,
     as_json: JsonOption = False,
 ) -> None:
-    """Push every session's pending events to the remote now; exit 1 while some wait."""
+    """Push every session's pending events and hand-off refs now; exit 1 while some wait."""
     from acode.cli.sync_command import run_sync
 
     code = run_sync(workspace_dir(workspace), wait=wait, timeout=timeout, as_json=as_json)
@@ -419,6 +420,43 @@ def session_export(
     from acode.cli import inspect
 
     inspect.session_export(workspace_dir(workspace), session_id, fmt, output, force=force)
+
+
+@session_app.command("archive")
+def session_archive(
+    session_id: SessionArgument,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The archive file to write (never inside .agent/state).",
+        ),
+    ],
+    workspace: WorkspaceOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the --output file if it exists.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a stopped session, whole and signed, unredacted, to a file `session import`
+    takes back (events, checkpoints, file images)."""
+    from acode.cli.archive_command import session_archive as archive
+
+    archive(workspace_dir(workspace), session_id, output, force=force, as_json=as_json)
+
+
+@session_app.command("import")
+def session_import(
+    archive: Annotated[Path, typer.Argument(help="An archive `acode session archive` wrote.")],
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Verify an archive (its MAC, the session's history, every checkpoint), then add its
+    session to this workspace, all or nothing."""
+    from acode.cli.archive_command import session_import as import_
+
+    import_(workspace_dir(workspace), archive, as_json=as_json)
 
 
 @session_app.command("discard")

@@ -26,6 +26,7 @@ __all__ = [
     "AgentSettings",
     "EngineConfig",
     "FleetSettings",
+    "HandoffSettings",
     "LogSettings",
     "ModelSettings",
     "Price",
@@ -35,6 +36,7 @@ __all__ = [
     "config_dict_hash",
     "config_hash",
     "config_to_dict",
+    "mask_credentials",
     "override",
     "parse_config",
     "with_overrides",
@@ -130,6 +132,15 @@ class FleetSettings:
 
 
 @dataclass(frozen=True)
+class HandoffSettings:
+    """Where a session's work tree travels by git (``handoff:``): the git remote of the
+    workspace that ``refs/acode/sessions/<id>`` is pushed to; None: recorded nowhere."""
+
+    remote: str | None = None
+    push: bool = True  # false: the ref is recorded, pushed only by `acode sync`
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """The size of `.agent/state/logs/acode.jsonl` and how many old files stay (``log:``)."""
 
@@ -148,6 +159,7 @@ class AcodeConfig:
     fleet: FleetSettings = field(default_factory=FleetSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    handoff: HandoffSettings = field(default_factory=HandoffSettings)
     # model name -> price; a model without an entry has no cost shown
     pricing: Mapping[str, Price] = field(default_factory=dict)
     # engine name -> how to run it; the defaults find each CLI on PATH
@@ -162,11 +174,13 @@ _INVALID: Final = object()
 
 
 class _Rule(NamedTuple):
-    """What one key accepts. ``echo`` is False where a wrong value may be a secret."""
+    """What one key accepts. ``echo`` is False where a wrong value may be a secret;
+    ``mask`` shows a wrong value with what may be a secret in it masked."""
 
     expected: str
     parse: Callable[[object], object]  # the normalized value, or _INVALID
     echo: bool = True
+    mask: Callable[[str], str] | None = None
 
 
 def _as_int(value: object) -> int | None:
@@ -284,6 +298,34 @@ def _lease() -> _Rule:
     return _Rule(expected="a number of seconds between 1 and 86400", parse=parse)
 
 
+# A git remote's name as `git remote add` takes it, and nothing git could read as an
+# option (`--upload-pack=...`), a URL or a path: the URL, with whatever credentials it
+# holds, stays in git's own configuration and never in acode's.
+_GIT_REMOTE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with the user and password of every URL in it masked."""
+    return _CREDENTIALS.sub("***@", text)
+
+
+def _git_remote() -> _Rule:
+    def parse(value: object) -> object:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not _GIT_REMOTE.fullmatch(value) or ".." in value:
+            return _INVALID
+        return _INVALID if value.endswith((".", ".lock")) else value
+
+    return _Rule(
+        expected="the name of a git remote of the workspace (such as origin), or null; "
+        "for a URL, add it first: git remote add NAME URL",
+        parse=parse,
+        mask=mask_credentials,
+    )
+
+
 def _boolean() -> _Rule:
     return _Rule(expected="true or false", parse=lambda v: v if isinstance(v, bool) else _INVALID)
 
@@ -336,6 +378,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
     "sync": (SyncSettings, {"remote": _optional_text()}),
     "fleet": (FleetSettings, {"url": _optional_text(), "lease_seconds": _lease()}),
     "log": (LogSettings, {"max_bytes": _positive_int(), "keep": _positive_int()}),
+    "handoff": (HandoffSettings, {"remote": _git_remote(), "push": _boolean()}),
 }
 _TOP_LEVEL_SCALARS: dict[str, _Rule] = {
     "durability": _one_of("full", "normal"),
@@ -370,6 +413,8 @@ def _check(rule: _Rule, value: object, where: str, problems: list[str]) -> objec
     parsed = rule.parse(value)
     if parsed is not _INVALID:
         return parsed
+    if rule.mask is not None and isinstance(value, str):
+        value = rule.mask(value)
     got = f", got {_show(value)}" if rule.echo else " (value not shown: it may be a secret)"
     problems.append(f"{where}: expected {rule.expected}{got}")
     return None

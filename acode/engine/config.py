@@ -98,6 +98,10 @@ fleet:                                  # `acode queue` and `acode worker` (docs
                                         # (env ACODE_FLEET_URL overrides)
   lease_seconds: 30                     # a worker that stops renewing loses its items after this
 
+handoff:                                # the work tree travels by git (docs/fleet.md)
+  remote: null                          # a git remote of the workspace, e.g. origin; null = off
+  push: true                            # false: pushed only by `acode sync`
+
 log:                                    # the JSON log, .agent/state/logs/acode.jsonl
   max_bytes: 10485760                   # a file's size before it rotates
   keep: 5                               # rotated files kept (acode.jsonl.1 ...)

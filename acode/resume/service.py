@@ -34,7 +34,13 @@ from acode.engine.catalog import (
     resumable_sessions,
 )
 from acode.engine.journal import Journal, verify_history
-from acode.engine.lifecycle import Workspace, existing_workspace, session_config, take_lock
+from acode.engine.lifecycle import (
+    Workspace,
+    existing_workspace,
+    open_handoff,
+    session_config,
+    take_lock,
+)
 from acode.engine.progress_file import progress_path, recorded_checkpoint
 from acode.engine.sync_link import open_sync_link, sync_status
 from acode.errors import (
@@ -850,6 +856,7 @@ def _resume(
         strategy=strategy,
         strategy_prompt=strategy_prompt,
         sync=sync,
+        handoff=open_handoff(ws, row.id),
         fresh_after_ns=fresh_after,
     )
 

@@ -20,6 +20,7 @@ from acode.errors import StoreUrlError
 if TYPE_CHECKING:
     from acode.domain.events import Event, EventType
     from acode.domain.reducer import StepRecord
+    from acode.store.archive_records import ArchivedEvent, ArchivedFile, SessionImport
     from acode.store.records import (
         Backlog,
         CheckpointRow,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     )
     from acode.store.sqlite.health import DatabaseHealth
 
-__all__ = ["Durability", "EventStore", "database_health", "open_store"]
+__all__ = ["Durability", "EventStore", "database_health", "open_store", "schema_version"]
 
 # ``full``: every commit survives power loss; ``normal``: the last ones may not (never a
 # process crash), for writes that can be lost, such as the sync bookkeeping.
@@ -217,6 +218,33 @@ class EventStore(Protocol):
 
     def record_failure(self, sid: int, reason: str, now_us: int, next_retry_us: int) -> None: ...
 
+    # -- a whole session as stored, for archives (acode/operations/archive.py) --------
+
+    def stored_session(self, session_id: str) -> SessionRow | None:
+        """The session's row exactly as stored (its own ``updated_at``, no checkpoint's,
+        no current task or step, no short id); None when there is none."""
+
+    def stored_events(self, sid: int, after_seq: int, limit: int) -> list[ArchivedEvent]:
+        """Up to ``limit`` events after ``after_seq``, in order, as stored: with the
+        checkpoint each carries (its summary where it was written out, its signature)."""
+
+    def stored_files(self, sid: int) -> list[ArchivedFile]:
+        """The session's ``files`` rows with the event that recorded each, by path."""
+
+    def stored_old_checkpoints(self, sid: int) -> list[tuple[int, CheckpointRow]]:
+        """The checkpoints an acode before schema 4 kept in their own table, with their
+        slots, by slot."""
+
+    def held_blobs(self, shas: Sequence[str]) -> list[str]:
+        """Those of the file images ``shas`` the store holds, sorted."""
+
+    def import_session(self, imported: SessionImport) -> SessionRow:
+        """A whole session, exactly as an archive holds it, in one transaction: under a
+        new ``sid`` of the store's own, every other value as given. Blobs held already
+        are shared. A session id the store holds already is refused (``StorageError``),
+        as is anything the store cannot take: nothing is kept then. The caller has
+        verified the session (acode/operations/archive_import.py): the store does not."""
+
 
 def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> EventStore:
     """The store at ``url``: ``sqlite:///path/to/acode.db``, or a path, which is SQLite
@@ -271,3 +299,11 @@ def database_health(path: Path) -> DatabaseHealth:
     from acode.store.sqlite.health import database_health as sqlite_health
 
     return sqlite_health(path)
+
+
+def schema_version() -> int:
+    """The schema version this acode's store is at (the SQLite migrations it runs): what
+    an archive's header names (acode/operations/archive.py)."""
+    from acode.store.sqlite.migrations import available_migrations
+
+    return available_migrations()[-1].number

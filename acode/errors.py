@@ -30,6 +30,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     │   └── RemoteUnavailable      the sync remote cannot be used for now       exit 1
     ├── EnvironmentFaultError      a full disk, a read-only file system (ENV-*) exit 1
     ├── ArchiveError               an archive refused by import (ARCHIVE-*)     exit 1
+    ├── FleetError                 the work queue or a queued item (FLEET-*)    exit 1
     └── WorkNotFoundError          no task or work session with that id (WORK-003) exit 1
 
 Control flow that is not a failure lives outside the hierarchy: ``PauseRequested``
@@ -61,6 +62,7 @@ __all__ = [
     "EnvironmentFaultError",
     "EnvironmentValidationError",
     "ErrorCode",
+    "FleetError",
     "ModelBusyError",
     "ModelError",
     "NonDeterminismError",
@@ -129,6 +131,9 @@ class ErrorCode(StrEnum):
     ARCHIVE_TAMPERED = "ACODE-ARCHIVE-003"
     ARCHIVE_OTHER_KEY = "ACODE-ARCHIVE-004"
     ARCHIVE_SESSION_EXISTS = "ACODE-ARCHIVE-005"
+    FLEET_WORK = "ACODE-FLEET-001"
+    FLEET_ITEM = "ACODE-FLEET-002"
+    FLEET_QUEUE = "ACODE-FLEET-003"
 
 
 class AcodeError(Exception):
@@ -288,6 +293,13 @@ class ArchiveError(AcodeError):
     was written."""
 
     code = ErrorCode.ARCHIVE_INVALID
+
+
+class FleetError(AcodeError):
+    """The fleet's work queue cannot be used (FLEET-003), an item cannot be acted on
+    (FLEET-002), or a worker could not do an item's work: clone, push (FLEET-001)."""
+
+    code = ErrorCode.FLEET_WORK
 
 
 class WorkNotFoundError(AcodeError):

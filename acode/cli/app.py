@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from acode.cli.entry import main, workspace_dir
+from acode.cli.entry import main, plan_file_of, workspace_dir
 from acode.cli.options import JsonOption, RecentSessionArgument, SessionArgument, WorkspaceOption
 from acode.errors import UsageError
 
@@ -60,13 +60,23 @@ def _commands_for(argv: list[str]) -> None:
     (``acode status ...``, ``acode session list ...``) reaches no other: only it is built.
     The work commands (task, work, wsession, settings), half of all, join the command
     line that can reach them: any that names no command of this module (help, a work
-    command, a typo, which the parser answers with the names close to it)."""
+    command, a typo, which the parser answers with the names close to it); the fleet's
+    (queue, worker) alone when named, else with them."""
     if _keep_only(app, argv[:1]):
         if argv[0] == "session":
             _keep_only(session_app, argv[1:2])
         return
-    if any(g.name == "task" for g in app.registered_groups):
+    from acode.cli.fleet_app import queue_app, worker_app
+
+    fleet = {"queue": queue_app, "worker": worker_app}
+    if argv[:1] and argv[0] in fleet:
+        app.registered_commands, app.registered_groups = [], []
+        app.add_typer(fleet[argv[0]], name=argv[0])
+        return
+    if any(g.name == "queue" for g in app.registered_groups):
         return  # added already
+    for name, group in fleet.items():
+        app.add_typer(group, name=name)
     from acode.cli.work_app import settings_app, task_app, work_app, wsession_app
 
     app.add_typer(task_app, name="task")
@@ -136,7 +146,7 @@ def run(
         "agent.approve_plan": True if approve_plan else None,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
-    plan_file = _plan_file(target)
+    plan_file = plan_file_of(target)
     if plan_file is None:
         from acode.cli.agent_command import AgentRequest, run_agent_command
         from acode.engine.lifecycle import open_workspace
@@ -157,26 +167,6 @@ def run(
 
     plan = load_plan(plan_file)
     raise typer.Exit(start_plan(plan, ws, as_json=as_json, mode=started, plan_file=plan_file))
-
-
-def _plan_file(target: str) -> Path | None:
-    """The plan file ``target`` names, or None when it is a task for the model. A name
-    that looks like a plan file but does not exist is a mistake, not a task."""
-    if not target.strip():
-        raise UsageError(
-            "PLAN_OR_TASK is empty",
-            hint='give a plan file, or a task in quotes: acode run "Add tests for utils.py"',
-        )
-    path = Path(target)
-    looks_like_a_plan = path.suffix.lower() in (".yaml", ".yml") and not any(
-        c.isspace() for c in target
-    )
-    try:
-        exists = path.is_file()
-    except OSError:  # a long task is no valid file name (ENAMETOOLONG)
-        exists = False
-    # A missing file named like a plan is a mistake (load_plan says so), never a task.
-    return path if exists or looks_like_a_plan else None
 
 
 Strategy = Literal["rollback", "retry", "prompt"]

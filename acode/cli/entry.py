@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from acode.errors import AcodeError, ErrorCode, UsageError
 
-__all__ = ["interrupted", "main", "workspace_dir"]
+__all__ = ["interrupted", "main", "plan_file_of", "workspace_dir"]
 
 
 def main() -> None:
@@ -117,6 +117,26 @@ def workspace_dir(option: Path | None) -> Path:
             hint="give the directory of the project the session works in",
         )
     return option.resolve()
+
+
+def plan_file_of(target: str) -> Path | None:
+    """The plan file ``target`` names, or None when it is a task for the model. A name
+    that looks like a plan file but does not exist is a mistake, not a task."""
+    if not target.strip():
+        raise UsageError(
+            "PLAN_OR_TASK is empty",
+            hint='give a plan file, or a task in quotes: acode run "Add tests for utils.py"',
+        )
+    path = Path(target)
+    looks_like_a_plan = path.suffix.lower() in (".yaml", ".yml") and not any(
+        c.isspace() for c in target
+    )
+    try:
+        exists = path.is_file()
+    except OSError:  # a long task is no valid file name (ENAMETOOLONG)
+        exists = False
+    # A missing file named like a plan is a mistake (load_plan says so), never a task.
+    return path if exists or looks_like_a_plan else None
 
 
 class _Listing(NamedTuple):

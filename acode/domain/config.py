@@ -25,6 +25,7 @@ __all__ = [
     "AcodeConfig",
     "AgentSettings",
     "EngineConfig",
+    "FleetSettings",
     "HandoffSettings",
     "LogSettings",
     "ModelSettings",
@@ -123,6 +124,15 @@ class SyncSettings:
 
 
 @dataclass(frozen=True)
+class FleetSettings:
+    """The PostgreSQL queue of `acode queue` and `acode worker` (``fleet:``); a null
+    ``url`` falls back to ``sync.remote``."""
+
+    url: str | None = None
+    lease_seconds: float = 30.0  # a worker that stops renewing loses its items after this
+
+
+@dataclass(frozen=True)
 class HandoffSettings:
     """Where a session's work tree travels by git (``handoff:``): the git remote of the
     workspace that ``refs/acode/sessions/<id>`` is pushed to; None: recorded nowhere."""
@@ -170,6 +180,7 @@ class AcodeConfig:
     resume: ResumeSettings = field(default_factory=ResumeSettings)
     run: RunSettings = field(default_factory=RunSettings)
     sync: SyncSettings = field(default_factory=SyncSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     log: LogSettings = field(default_factory=LogSettings)
     handoff: HandoffSettings = field(default_factory=HandoffSettings)
@@ -312,6 +323,14 @@ def _env_var_name() -> _Rule:
     )
 
 
+def _lease() -> _Rule:
+    def parse(value: object) -> object:
+        number = _as_number(value)
+        return number if number is not None and 1 <= number <= 86400 else _INVALID
+
+    return _Rule(expected="a number of seconds between 1 and 86400", parse=parse)
+
+
 # A git remote's name as `git remote add` takes it, and nothing git could read as an
 # option (`--upload-pack=...`), a URL or a path: the URL, with whatever credentials it
 # holds, stays in git's own configuration and never in acode's.
@@ -390,6 +409,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
         {"default_timeout_seconds": _timeout(), "max_output_bytes": _positive_int()},
     ),
     "sync": (SyncSettings, {"remote": _optional_text()}),
+    "fleet": (FleetSettings, {"url": _optional_text(), "lease_seconds": _lease()}),
     "log": (LogSettings, {"max_bytes": _positive_int(), "keep": _positive_int()}),
     "handoff": (HandoffSettings, {"remote": _git_remote(), "push": _boolean()}),
     "retention": (

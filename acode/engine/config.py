@@ -9,6 +9,8 @@ Environment variables (an empty value counts as unset):
 ``ACODE_SYNC_DSN``
     replaces ``sync.remote``: the PostgreSQL URL of the mirror (it may hold a password,
     which is better kept out of a file).
+``ACODE_FLEET_URL``
+    replaces ``fleet.url``: the PostgreSQL URL of the work queue (`acode queue`, `acode worker`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ ENV_OVERRIDES: Mapping[str, tuple[str, str]] = {
     "ACODE_MODEL_BASE_URL": ("model", "base_url"),
     "ACODE_MODEL_NAME": ("model", "name"),
     "ACODE_SYNC_DSN": ("sync", "remote"),
+    "ACODE_FLEET_URL": ("fleet", "url"),
 }
 
 # Every key with its default, so that a person sees what can be changed. A test keeps it
@@ -89,6 +92,11 @@ run:
 sync:
   remote: null                          # PostgreSQL URL of the team mirror; null = local only
                                         # (env ACODE_SYNC_DSN overrides)
+
+fleet:                                  # `acode queue` and `acode worker` (docs/fleet.md)
+  url: null                             # PostgreSQL URL of the queue; null = sync.remote
+                                        # (env ACODE_FLEET_URL overrides)
+  lease_seconds: 30                     # a worker that stops renewing loses its items after this
 
 handoff:                                # the work tree travels by git (docs/fleet.md)
   remote: null                          # a git remote of the workspace, e.g. origin; null = off

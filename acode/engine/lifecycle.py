@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from acode.domain.config import (
     AcodeConfig,
+    FleetSettings,
     HandoffSettings,
     LogSettings,
     RetentionSettings,
@@ -91,12 +92,14 @@ def existing_workspace(workspace: Path | str = ".", config: AcodeConfig | None =
 
 def session_config(config: AcodeConfig) -> AcodeConfig:
     """The configuration as a session records it and resume compares it: where the
-    workspace mirrors its sessions is not part of what a session does (and its URL may
-    hold a password), so it is left out, as are the size of the log, where its work tree
-    is pushed and how long ended sessions stay."""
+    workspace mirrors its sessions, and the queue its workers take them from, are not
+    part of what a session does (and their URLs may hold a password), so they are left
+    out, as are the size of the log, where its work tree is pushed and how long ended
+    sessions stay."""
     return replace(
         config,
         sync=SyncSettings(),
+        fleet=FleetSettings(),
         log=LogSettings(),
         handoff=HandoffSettings(),
         retention=RetentionSettings(),

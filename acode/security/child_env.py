@@ -24,8 +24,8 @@ from collections.abc import Mapping
 __all__ = ["KEY_WITHHELD_ENV", "WITHHELD", "child_environment", "scrub_own_environment"]
 
 # The checkpoint key (acode.security.signing.SECRET_ENV) and the remote's URL with its
-# password (acode.engine.config.ENV_OVERRIDES).
-WITHHELD = ("ACODE_CHECKPOINT_SECRET", "ACODE_SYNC_DSN")
+# password, and the fleet queue's (acode.engine.config.ENV_OVERRIDES).
+WITHHELD = ("ACODE_CHECKPOINT_SECRET", "ACODE_SYNC_DSN", "ACODE_FLEET_URL")
 # Set in a child's environment when the key was withheld from it: an acode run there
 # then says so instead of creating a key file of its own (acode.security.signing).
 KEY_WITHHELD_ENV = "ACODE_KEY_WITHHELD"

@@ -17,13 +17,19 @@ from acode.errors import SchemaTooNewError
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["RemoteMigration", "ensure_schema", "remote_migrations", "remote_schema_version"]
+__all__ = [
+    "RemoteMigration",
+    "ensure_schema",
+    "migrate",
+    "remote_migrations",
+    "remote_schema_version",
+]
 
 _NAME = re.compile(r"(?P<number>\d{4})_(?P<name>\w+)\.sql")
 # pg_advisory_xact_lock key: "acode" in ASCII.
 _MIGRATION_LOCK = 0x61636F6465
 _VERSION_TABLE = (
-    "CREATE TABLE IF NOT EXISTS acode.schema_version ("
+    "CREATE TABLE IF NOT EXISTS {schema}.schema_version ("
     " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
 )
 
@@ -35,9 +41,10 @@ class RemoteMigration:
     sql: str
 
 
-def remote_migrations() -> list[RemoteMigration]:
+def remote_migrations(package: str = "acode.sync") -> list[RemoteMigration]:
+    """The migrations in ``package``'s ``sql/`` folder, in order."""
     found = []
-    for entry in resources.files("acode.sync").joinpath("sql").iterdir():
+    for entry in resources.files(package).joinpath("sql").iterdir():
         match = _NAME.fullmatch(entry.name)
         if match:
             found.append(
@@ -48,38 +55,53 @@ def remote_migrations() -> list[RemoteMigration]:
     return sorted(found, key=lambda m: m.number)
 
 
-def remote_schema_version(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
-    """The version of the `acode` schema; 0 when there is none yet."""
-    row = conn.execute("SELECT to_regclass('acode.schema_version') IS NOT NULL").fetchone()
-    if not row or not row[0]:
+def remote_schema_version(conn: psycopg.Connection[tuple[Any, ...]], schema: str = "acode") -> int:
+    """The version of the ``schema`` (`acode`: the mirror's); 0 when there is none yet."""
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.schema_version",))
+    found = row.fetchone()
+    if not found or not found[0]:
         return 0
-    row = conn.execute("SELECT coalesce(max(version), 0) FROM acode.schema_version").fetchone()
-    return int(row[0]) if row else 0
+    found = conn.execute(
+        f"SELECT coalesce(max(version), 0) FROM {schema}.schema_version"
+    ).fetchone()
+    return int(found[0]) if found else 0
 
 
 def ensure_schema(conn: psycopg.Connection[tuple[Any, ...]], name: str) -> str:
     """Create or migrate the schema as needed; returns the remote's id. ``conn`` is in
     autocommit mode; ``name`` is how the remote is shown (no password)."""
-    migrations = remote_migrations()
+    migrate(conn, name)
+    row = conn.execute("SELECT id FROM acode.remote_info").fetchone()
+    return str(row[0]) if row else ""
+
+
+def migrate(
+    conn: psycopg.Connection[tuple[Any, ...]],
+    name: str,
+    *,
+    package: str = "acode.sync",
+    schema: str = "acode",
+) -> None:
+    """Run the migrations of ``package`` not yet in ``schema`` (the mirror's by default;
+    the fleet's queue keeps its own schema and its own numbers)."""
+    migrations = remote_migrations(package)
     latest = migrations[-1].number
-    current = remote_schema_version(conn)
+    current = remote_schema_version(conn, schema)
     _refuse_newer(current, latest, name)
     if current < latest:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            conn.execute("CREATE SCHEMA IF NOT EXISTS acode")
-            conn.execute(_VERSION_TABLE)
-            current = remote_schema_version(conn)  # another machine may have gone first
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            conn.execute(_VERSION_TABLE.format(schema=schema))
+            current = remote_schema_version(conn, schema)  # another machine may have gone first
             _refuse_newer(current, latest, name)
             for migration in migrations:
                 if migration.number > current:
                     conn.execute(migration.sql)
                     conn.execute(
-                        "INSERT INTO acode.schema_version (version) VALUES (%s)",
+                        f"INSERT INTO {schema}.schema_version (version) VALUES (%s)",
                         (migration.number,),
                     )
-    row = conn.execute("SELECT id FROM acode.remote_info").fetchone()
-    return str(row[0]) if row else ""
 
 
 def _refuse_newer(current: int, latest: int, name: str) -> None:

@@ -14,9 +14,10 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -28,6 +29,7 @@ from acode.system.process_table import group_running
 __all__ = [
     "TIMEOUT_EXIT_CODE",
     "CommandResult",
+    "die_with_parent_hook",
     "run_command",
     "terminate_group",
 ]
@@ -377,3 +379,20 @@ def _group_alive(group: int) -> bool:
         pass  # a member changed its uid: it exists, though we may not signal it
     # killpg(0) also succeeds for zombies: ask whether a member still runs.
     return group_running(group)
+
+
+def die_with_parent_hook() -> Callable[[], None] | None:
+    """What the child runs before exec so that it gets SIGTERM when its parent dies
+    (Linux's PR_SET_PDEATHSIG, kept across exec). Resolved here, in the parent: the
+    child of a threaded process should do as little as possible before exec."""
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+    return hook

@@ -34,8 +34,6 @@ import contextlib
 import re
 import shlex
 import shutil
-import signal
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +42,7 @@ from typing import TYPE_CHECKING
 from acode.domain.config import ENGINE_CLIS, EngineConfig
 from acode.errors import ConfigError, EnvironmentValidationError, UsageError
 from acode.security.child_env import child_environment
+from acode.system.process import die_with_parent_hook
 from acode.work.engine_output import (
     EngineTurn,
     parse_aider,
@@ -351,7 +350,7 @@ def _run(
             start_new_session=True,  # one killpg reaches the engine's own children too
             # The hook is one pre-resolved prctl call with no Python lock to take, the case
             # where a preexec_fn in a threaded process is safe.
-            preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509
+            preexec_fn=die_with_parent_hook(),  # noqa: PLW1509
         )
     except OSError as exc:  # exec refused it (no #! line, another CPU), or cwd is gone
         return f"could not be started: {exc.strerror} ({exc.filename or argv[0]})"
@@ -378,20 +377,3 @@ def _kill(proc: subprocess.Popen[str]) -> None:
     # hold the pipes: do not wait for it.
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.communicate(timeout=5)
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """What the child runs before exec so that it gets SIGTERM when its parent dies
-    (Linux's PR_SET_PDEATHSIG, kept across exec). Resolved here, in the parent: the
-    child of a threaded process should do as little as possible before exec."""
-    if sys.platform != "linux":
-        return None
-    import ctypes
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    pr_set_pdeathsig = 1
-
-    def hook() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-    return hook

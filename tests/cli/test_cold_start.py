@@ -348,7 +348,7 @@ def test_help_and_a_mistyped_command_build_every_command_they_name(
 ) -> None:
     """The list in a help, and the names close to a typo, are of all the commands."""
     everything = ["run", "resume", "status", "sync", "doctor", "approve", "session"]
-    everything += ["task", "work", "wsession", "settings"]
+    everything += ["queue", "worker", "task", "work", "wsession", "settings"]
     cases = (
         (["--help"], 0, everything),
         (["sesion", "list"], 2, everything),

@@ -178,7 +178,7 @@ def test_a_command_line_mistake_is_a_usage_error(acode: Cli) -> None:
         ("frobnicate",): "No such command 'frobnicate'",
         # The work commands join a command line that names none of the others: a typo
         # of one is still matched against them.
-        ("wrk",): "Did you mean 'work'?",
+        ("wrk",): "Did you mean 'work', 'worker'?",
         ("task", "frobnicate"): "No such command 'frobnicate'",
         ("run",): "Missing argument",
         ("session", "show"): "Missing argument",

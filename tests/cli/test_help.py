@@ -16,6 +16,9 @@ __all__: list[str] = []
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 EXIT_CODES = (0, 1, 2, 14, 15, 16, 17, 20, 130)
+# Groups that are a command too, run without a subcommand (`acode worker`, and
+# `acode worker status`): documented and held to their options as commands are.
+RUNNABLE_GROUPS = ("worker",)
 
 
 def _section(text: str, title: str) -> list[str]:
@@ -68,6 +71,7 @@ def helps(tmp_path_factory: pytest.TempPathFactory) -> Helps:
         pending = {path: result for path, result in results.items() if _commands(result)}
         groups.update(pending)
         commands.update({path: r for path, r in results.items() if path not in pending})
+    commands.update({name: groups[name] for name in RUNNABLE_GROUPS})
     return Helps(top, groups, commands)
 
 
@@ -85,16 +89,21 @@ def _description(result: Result) -> str:
 
 def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
     assert sorted(helps.groups) == [
+        "queue",
         "session",
         "settings",
         "task",
         "work",
+        "worker",
         "wsession",
         "wsession breadcrumb",
     ]
     assert sorted(helps.commands) == [
         "approve",
         "doctor",
+        "queue add",
+        "queue cancel",
+        "queue list",
         "resume",
         "run",
         "session archive",
@@ -122,6 +131,8 @@ def test_the_command_set_is_the_documented_one(helps: Helps) -> None:
         "work show",
         "work spawn",
         "work task",
+        "worker",
+        "worker status",
         "wsession breadcrumb add",
         "wsession breadcrumb list",
     ]

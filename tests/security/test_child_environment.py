@@ -186,12 +186,14 @@ def test_every_process_acode_starts_gets_an_explicit_environment() -> None:
                 and isinstance(node.func.value, ast.Name)
                 and node.func.value.id == "subprocess"
             ):
-                spawns.append((module.name, node))
+                spawns.append((module.relative_to(package).as_posix(), node))
     assert spawns
     for name, call in spawns:
         env = next((k.value for k in call.keywords if k.arg == "env"), None)
         assert env is not None, f"{name}:{call.lineno} starts a process without env="
-        # acode itself as a work session's engine is the one exception (it signs).
-        assert "os.environ" not in ast.unparse(env) or name == "runner.py", (
-            f"{name}:{call.lineno} passes os.environ: use child_environment()"
-        )
+        # acode itself as a work session's engine, or as a fleet worker's session, is
+        # the one exception (it signs).
+        assert "os.environ" not in ast.unparse(env) or name in (
+            "work/runner.py",
+            "fleet/worker.py",
+        ), f"{name}:{call.lineno} passes os.environ: use child_environment()"

@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 from acode.cli.console import count, emit_json, err_console, out_console
 from acode.cli.progress import RichObserver, quiet_screen
 from acode.domain.plan import Plan
-from acode.domain.states import SessionState
+from acode.domain.states import TERMINAL, SessionState
 from acode.engine.observer import ApprovalRequest, Approver, Observer
 from acode.engine.plan_runner import run_plan
 from acode.engine.session import Session
 from acode.errors import (
     EXIT_APPROVAL_PENDING,
     EXIT_INTERRUPTED,
+    AcodeError,
     ApprovalPending,
     EnvironmentFaultError,
     ModelError,
@@ -123,9 +124,34 @@ def drive(session: Session, body: Callable[[Session], SessionState], *, as_json:
     """Run ``body`` (which returns the final state) to its end or to a stop; returns the
     exit status and closes the session."""
     try:
-        return _drive(session, body, as_json)
+        code = _drive(session, body, as_json)
     finally:
         session.close()
+    if session.state in TERMINAL:
+        _apply_retention(session)
+    return code
+
+
+def _apply_retention(session: Session) -> None:
+    """The workspace's retention: settings, applied once a session has ended. Whatever
+    goes wrong in it is said and logged; the session's own outcome stands."""
+    from acode.operations.prune import apply_retention
+
+    try:
+        report = apply_retention(session.workspace, ended=session.id)
+    except (AcodeError, OSError) as problem:
+        err_console().print(
+            f"Retention: nothing was pruned ({problem}); see: acode session prune --dry-run",
+            markup=False,
+        )
+        return
+    if report is not None and report.selection.removals:
+        removed = report.selection.removals
+        err_console().print(
+            f"Retention: pruned {count(len(removed), 'ended session')} "
+            f"({report.selection.freed:,} bytes) as .agent/config.yml's retention: says.",
+            markup=False,
+        )
 
 
 def _drive(session: Session, body: Callable[[Session], SessionState], as_json: bool) -> int:

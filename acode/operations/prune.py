@@ -11,6 +11,7 @@ record, so a prune killed in between finishes at the next one.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterable, Sequence
@@ -39,6 +40,7 @@ __all__ = [
     "Removal",
     "Selection",
     "Skipped",
+    "apply_retention",
     "prune_sessions",
     "select_sessions",
 ]
@@ -109,6 +111,10 @@ class PruneReport(NamedTuple):
     leftovers: int  # earlier prunes whose file removal this one finished
 
 
+# The retention: settings are applied after a session ends at most this often: finding
+# which stored file images are still used reads every remaining event.
+RETENTION_INTERVAL_US = 24 * 3600 * 1_000_000
+_RETENTION_STAMP = "retention-applied"
 _RUNNING = "a process runs it (its lock is held)"  # the holder follows, where it is known
 # A session id as acode makes it (a UUIDv7), the only name its files are looked up by.
 _SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -127,6 +133,36 @@ def select_sessions(
         return _select(ws, store, criteria)
     finally:
         store.close()
+
+
+def apply_retention(
+    workspace: Path, *, ended: str, clock: Clock | None = None
+) -> PruneReport | None:
+    """The workspace's ``retention:`` settings applied after session ``ended`` ended (it
+    stays, whatever the settings say: its output is still on the screen), at most once
+    every RETENTION_INTERVAL_US; None when there are no settings or it is not time yet.
+    The person asked for it by setting them: nothing is asked."""
+    clock = clock or SystemClock()
+    ws = existing_workspace(workspace)
+    if not ws.config.retention.configured:
+        return None
+    now_us = clock.now_us()
+    stamp = ws.paths.state_dir / _RETENTION_STAMP
+    try:
+        if now_us - stamp.stat(follow_symlinks=False).st_mtime_ns // 1000 < RETENTION_INTERVAL_US:
+            return None
+    except FileNotFoundError:
+        pass
+    # The day is claimed first: a stamp that cannot be written (replaced by a symlink,
+    # say: never followed) leaves nothing pruned, and a prune that fails is tried again
+    # the next day.
+    fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.utime(fd, ns=(now_us * 1000, now_us * 1000))
+    finally:
+        os.close(fd)
+    selection = select_sessions(workspace, PruneRequest(), clock)
+    return prune_sessions(workspace, [i for i in selection.ids if i != ended], clock=clock)
 
 
 def _criteria(ws: Workspace, request: PruneRequest, now_us: int) -> Criteria:

@@ -231,3 +231,43 @@ def test_an_archive_directory_that_cannot_be_is_refused_before_anything(
 
     assert refused.flat_err.startswith(f"error ACODE-USAGE-001: --archive {where}: ")
     assert len(acode.sessions()) == 3
+
+
+def test_the_retention_settings_apply_when_a_session_ends_at_most_once_a_day(
+    acode: Cli, ended: dict[str, str]
+) -> None:
+    acode.write(".agent/config.yml", "retention:\n  max_state_bytes: 1\n")
+    acode.write("next.yml", plan_yaml("Next", "{id: n, write: n.txt, content: n}"))
+
+    first = acode("run", "next.yml", "--json")
+
+    latest = first.json_lines()[0]["id"]
+    assert "Retention: pruned 2 ended sessions (" in first.err
+    assert {s["id"] for s in acode.sessions()} == {ended["waiting"], latest}  # not the new one
+    again = acode("run", "next.yml")
+    assert "Retention" not in again.err  # once a day
+    assert len(acode.sessions()) == 3
+    stamp = StatePaths(acode.workspace).state_dir / "retention-applied"
+    a_day_ago = stamp.stat().st_mtime - 86_401
+    os.utime(stamp, (a_day_ago, a_day_ago))
+    third = acode("run", "next.yml")
+    assert "Retention: pruned 2 ended sessions (" in third.err
+    assert len(acode.sessions()) == 2
+
+
+def test_retention_that_cannot_run_never_changes_the_sessions_outcome(
+    acode: Cli, ended: dict[str, str]
+) -> None:
+    acode.write(".agent/config.yml", "retention:\n  completed_days: 1\n")
+    stamp = StatePaths(acode.workspace).state_dir / "retention-applied"
+    outside = acode.workspace.parent / "outside"
+    stamp.symlink_to(outside)  # never followed: the day cannot be claimed
+    os.utime(stamp, (0, 0), follow_symlinks=False)
+    acode.write("next.yml", plan_yaml("Next", "{id: n, write: n.txt, content: n}"))
+
+    done = acode("run", "next.yml")
+
+    assert "Retention: nothing was pruned (" in done.err
+    assert "see: acode session prune --dry-run" in done.err
+    assert not outside.exists()
+    assert len(acode.sessions()) == 4

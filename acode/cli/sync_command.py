@@ -103,6 +103,7 @@ def list_remote(workspace: Path, *, resumable: bool, show_all: bool, as_json: bo
     paths = StatePaths(workspace)
     with read_store(workspace) as store:
         local = store.sessions() if store is not None else []
+        pruned = frozenset(r.id for r in store.pruned_with_prefix("")) if store else frozenset()
     if not show_all:
         local = [r for r in local if not r.archived]
     report, found = remote_sessions(paths.db, remote)
@@ -115,4 +116,4 @@ def list_remote(workspace: Path, *, resumable: bool, show_all: bool, as_json: bo
     if resumable:
         found = [s for s in found if is_resumable(SessionState(s.state))]
         local = [r for r in local if is_resumable(SessionState(r.state))]
-    print_remote_sessions(found, local, report.remote, as_json)
+    print_remote_sessions(found, local, report.remote, as_json, pruned)

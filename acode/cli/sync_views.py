@@ -167,9 +167,14 @@ def _holder_json(holder: LeaseHolder | None) -> dict[str, Any] | None:
 
 
 def print_remote_sessions(
-    found: list[RemoteSession], local: list[SessionRow], remote: str, as_json: bool
+    found: list[RemoteSession],
+    local: list[SessionRow],
+    remote: str,
+    as_json: bool,
+    pruned: frozenset[str] = frozenset(),
 ) -> None:
-    """Every session on the remote, and the local ones it lacks, most recent first."""
+    """Every session on the remote, and the local ones it lacks, most recent first;
+    ``pruned``: the ids of the sessions pruned here (the remote keeps them)."""
     from acode.domain.ids import abbreviations
 
     here = {r.id: r for r in local}
@@ -191,7 +196,7 @@ def print_remote_sessions(
                 "host": on_remote.host if on_remote else None,
                 "created_at": iso(r.created_at),
                 "updated_at": iso(latest[i]),
-                "where": "both" if on_remote and i in here else "remote" if on_remote else "local",
+                "where": _where(i, here, on_remote is not None, pruned),
                 "lease": _holder_json(on_remote.holder if on_remote else None),
             }
         )
@@ -201,7 +206,22 @@ def print_remote_sessions(
     _print_listing(listing, latest, remote)
 
 
-_WHERE = {"both": "here + remote", "remote": "remote only", "local": "here only"}
+_WHERE = {
+    "both": "here + remote",
+    "remote": "remote only",
+    "pruned": "remote (pruned here)",
+    "local": "here only",
+}
+
+
+def _where(
+    session_id: str, here: dict[str, SessionRow], on_remote: bool, pruned: frozenset[str]
+) -> str:
+    if not on_remote:
+        return "local"
+    if session_id in here:
+        return "both"
+    return "pruned" if session_id in pruned else "remote"
 
 
 def _print_listing(listing: list[dict[str, Any]], updated: dict[str, int], remote: str) -> None:

@@ -44,3 +44,6 @@ def test_an_unsynced_session_stays_until_the_remote_has_it(acode: Cli, mirror: M
     assert "ACODE-SESSION-003" in said.flat_err, said.describe()
     assert "ACODE-CKPT" not in said.flat_err
     assert mirror.count(session) == total  # a prune never touches the remote
+    (listed,) = acode("session", "list", "--remote", "--json").json()
+    assert (listed["id"], listed["where"]) == (session, "pruned")
+    assert "remote (pruned here)" in acode("session", "list", "--remote").out

@@ -3,8 +3,9 @@
 ``EventStore`` is every operation the engine, resume, sync, agent and work layers use,
 typed with the domain's values and the rows of ``acode.store.records``; none of them
 names a backend, a connection or SQL. ``open_store`` picks the backend from a URL:
-``sqlite:///path`` (or a plain path, the default) today. A backend keeps its own layout
-(row keys, SQL, transactions) in its own folder, ``store/sqlite/`` for SQLite, and runs
+``sqlite:///path`` (or a plain path, the default), or ``postgresql://...``. A backend
+keeps its own layout (row keys, SQL, transactions) in its own folder, ``store/sqlite/``
+for SQLite, ``store/postgres/`` for PostgreSQL, and runs
 ``tests/store/contract.py`` (docs/architecture.md, "How to add a store backend").
 """
 
@@ -220,8 +221,10 @@ class EventStore(Protocol):
 
 def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> EventStore:
     """The store at ``url``: ``sqlite:///path/to/acode.db``, or a path, which is SQLite
-    (the default). ``StoreUrlError`` names a URL no backend takes. Each backend is
-    imported here, when it is asked for."""
+    (the default); or ``postgresql://USER@HOST:PORT/DATABASE`` (acode.store.postgres),
+    whose ``acode_workspace`` parameter, when given, names the one workspace whose
+    sessions the store serves. ``StoreUrlError`` names a URL no backend takes. Each
+    backend is imported here, when it is asked for."""
     if isinstance(url, os.PathLike) or "://" not in url:
         return _sqlite(Path(url), durability)
     from urllib.parse import unquote, urlsplit
@@ -238,6 +241,10 @@ def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> 
                 f"the store URL {_shown(url)!r} is not a SQLite URL acode takes", hint=_HINT
             )
         return _sqlite(Path(unquote(parts.path)), durability)
+    if parts.scheme in ("postgresql", "postgres"):
+        from acode.store.postgres.store import PostgresStore
+
+        return PostgresStore.open(url, durability)
     kind = f"{parts.scheme}://" if parts.scheme else "no scheme"
     raise StoreUrlError(
         f"the store URL {_shown(url)!r} names a kind of store acode does not know ({kind})",
@@ -247,7 +254,8 @@ def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> 
 
 _HINT = (
     "give the SQLite file as sqlite:/// and its absolute path "
-    "(sqlite:///home/me/project/.agent/state/acode.db), or as a plain path"
+    "(sqlite:///home/me/project/.agent/state/acode.db), or as a plain path; "
+    "a PostgreSQL store as postgresql://USER@HOST:PORT/DATABASE"
 )
 
 

@@ -4,8 +4,9 @@
 (tests/store/test_contract.py), as huey's ``StorageTests`` and LangGraph's checkpoint
 conformance suite are run. The ``backend`` fixture is parametrised by ``BACKENDS``: each
 entry opens stores of one kind, every call another connection to the same store, so that
-two writers can meet. SQLite is the only entry today; PostgreSQL joins it with its
-backend (issue 22).
+two writers can meet: SQLite, in a file of the test's folder, and PostgreSQL, in a
+database of its own in the real server of tests/conftest.py (``pg_server``), which is
+started only when a PostgreSQL case runs.
 
 The values written here are made by hand, without the engine, but for the last tests,
 which drive the journal through the store as a session does: what the engine reads
@@ -19,6 +20,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,11 +41,29 @@ from acode.store.records import (
     SyncStateRow,
 )
 
-# A backend: given a fresh directory, a function that opens another connection to the
-# one store it names.
+# A backend: given the test (for its fixtures) and a fresh directory, a function that
+# opens another connection to the one store it names, for as long as the test runs.
 Opener = Callable[[], EventStore]
-BACKENDS: dict[str, Callable[[Path], Opener]] = {
-    "sqlite": lambda directory: lambda: open_store(f"sqlite://{directory / 'acode.db'}"),
+
+
+@contextmanager
+def _sqlite(request: pytest.FixtureRequest, directory: Path) -> Iterator[Opener]:
+    yield lambda: open_store(f"sqlite://{directory / 'acode.db'}")
+
+
+@contextmanager
+def _postgres(request: pytest.FixtureRequest, directory: Path) -> Iterator[Opener]:
+    from tests.support.postgres import PgServer, scratch_database
+
+    server: PgServer = request.getfixturevalue("pg_server")
+    with scratch_database(server) as name:
+        url = server.store_url(name)
+        yield lambda: open_store(url)
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], AbstractContextManager[Opener]]] = {
+    "sqlite": _sqlite,
+    "postgres": _postgres,
 }
 
 _MS = 1_790_000_000_000  # a moment in 2026, in milliseconds
@@ -89,15 +109,18 @@ class EventStoreContract:
     @pytest.fixture(params=sorted(BACKENDS))
     def backend(self, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
         opened: list[EventStore] = []
+        with BACKENDS[request.param](request, tmp_path) as opener:
 
-        def another() -> EventStore:
-            store = BACKENDS[request.param](tmp_path)()
-            opened.append(store)
-            return store
+            def another() -> EventStore:
+                store = opener()
+                opened.append(store)
+                return store
 
-        yield another
-        for store in opened:
-            store.close()
+            try:
+                yield another
+            finally:
+                for store in opened:
+                    store.close()
 
     @pytest.fixture
     def store(self, backend: Opener) -> EventStore:

@@ -36,7 +36,7 @@ def test_a_path_or_a_sqlite_url_opens_that_file_whatever_its_name_holds(
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("postgresql://acode:s3cret@db.example/acode", "postgresql://***@db.example/acode"),
+        ("mysql://acode:s3cret@db.example/acode", "mysql://***@db.example/acode"),
         ("mysql://db.example/acode", "mysql://db.example/acode"),
         ("://nothing", "://nothing"),
         ("sqlite://host/acode.db", "sqlite://host/acode.db"),

@@ -57,11 +57,14 @@ class PgServer:
 
         return make_conninfo(self.admin_dsn, dbname=dbname)
 
-    def store_url(self, dbname: str) -> str:
+    def store_url(
+        self, dbname: str, *, user: str | None = None, password: str | None = None
+    ) -> str:
         """A ``postgresql://`` URL reaching ``dbname`` directly (no proxy), as
         ``store.url`` takes it."""
-        name = quote(self.user)
-        auth = f"{name}:{quote(self.password)}" if self.password else name
+        name = quote(user or self.user)
+        secret = password if user else self.password
+        auth = f"{name}:{quote(secret)}" if secret else name
         if isinstance(self.target, Path):  # a Unix socket: its folder and port
             port = self.target.name.rsplit(".", 1)[1]
             host = quote(str(self.target.parent), safe="")

@@ -167,7 +167,11 @@ def store_error(address: StoreAddress, exc: BaseException) -> StorageError:
             "nothing was written",
             code=ErrorCode.STORE_REFUSED,
         )
-    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) and not state:
+    # No SQLSTATE (libpq's own: refused, no route, timed out), 08 (the connection broke)
+    # or 57 (the server shut down or ended the session): the server is not there to ask.
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) and (
+        state[:2] in ("", "08", "57")
+    ):
         return _unreachable(address, text)
     return StorageError(
         f"the PostgreSQL store {address.shown} refused a write: {text}",
@@ -179,7 +183,8 @@ def _unreachable(address: StoreAddress, text: str) -> StoreUnavailableError:
     return StoreUnavailableError(
         f"the PostgreSQL store {address.shown} does not answer: {text}",
         hint="start the server (or check the network and the host and port of store.url / "
-        "ACODE_STORE_URL), then run the command again; nothing was written",
+        "ACODE_STORE_URL), then run the command again; an interrupted session goes on "
+        "with `acode resume`",
     )
 
 

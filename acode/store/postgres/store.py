@@ -10,13 +10,13 @@ The SQL is in ``queries.py``; the rows are read as every backend reads them
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from acode.domain.events import Event, EventType
 from acode.domain.reducer import StepRecord
-from acode.errors import StorageError
+from acode.errors import ErrorCode, StorageError, StoreUnavailableError
 from acode.store.base import Durability
 from acode.store.postgres import queries as q
 from acode.store.postgres.connection import (
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresStore"]
 
+_T = TypeVar("_T")
 _LAST = (1 << 32) - 1  # the highest seq or position a session may have (as in SQLite)
 _COMPLETED = EventType.STEP_COMPLETED.value
 
@@ -152,16 +153,34 @@ class PostgresStore:
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
-        with translated(self._address), self._pool.connection() as conn:
-            yield conn
+        try:
+            with translated(self._address), self._pool.connection() as conn:
+                yield conn
+        except StoreUnavailableError as exc:
+            if exc.code is ErrorCode.STORE_UNREACHABLE:
+                # The server went away (or restarted) under the pool: every idle
+                # connection is dead too. Tested now, and replaced, so that one call
+                # meets the outage, not one call per connection of the pool.
+                self._pool.check()
+            raise
 
     def _all(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
-        with self._conn() as conn:
-            return conn.execute(sql, params).fetchall()
+        return self._read(lambda conn: conn.execute(sql, params).fetchall())
 
     def _one(self, sql: str, params: Any) -> tuple[Any, ...] | None:
+        return self._read(lambda conn: conn.execute(sql, params).fetchone())
+
+    def _read(self, read: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """A read, asked again once, on a new connection, when the server was gone from
+        under the pool's: a restart of the server between two calls needs no person."""
+        try:
+            with self._conn() as conn:
+                return read(conn)
+        except StoreUnavailableError as exc:
+            if exc.code is not ErrorCode.STORE_UNREACHABLE:
+                raise
         with self._conn() as conn:
-            return conn.execute(sql, params).fetchone()
+            return read(conn)
 
     # -- sessions ---------------------------------------------------------------------
 

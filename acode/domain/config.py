@@ -30,6 +30,7 @@ __all__ = [
     "Price",
     "ResumeSettings",
     "RunSettings",
+    "StoreSettings",
     "SyncSettings",
     "config_dict_hash",
     "config_hash",
@@ -120,6 +121,14 @@ class SyncSettings:
 
 
 @dataclass(frozen=True)
+class StoreSettings:
+    """Where the workspace's sessions are stored (``store:``): None, the SQLite file
+    .agent/state/acode.db; a ``postgresql://`` URL, that database (docs/fleet.md)."""
+
+    url: str | None = None
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """The size of `.agent/state/logs/acode.jsonl` and how many old files stay (``log:``)."""
 
@@ -135,6 +144,7 @@ class AcodeConfig:
     resume: ResumeSettings = field(default_factory=ResumeSettings)
     run: RunSettings = field(default_factory=RunSettings)
     sync: SyncSettings = field(default_factory=SyncSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     log: LogSettings = field(default_factory=LogSettings)
     # model name -> price; a model without an entry has no cost shown
@@ -247,6 +257,25 @@ def _http_url() -> _Rule:
     return _Rule(expected="an http:// or https:// URL", parse=parse)
 
 
+_STORE_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _store_url() -> _Rule:
+    def parse(value: object) -> object:
+        if value is None:
+            return None
+        ok = _is_text(value) and str(value).startswith(_STORE_SCHEMES) and " " not in str(value)
+        return value if ok else _INVALID
+
+    # A URL may carry a password: never echoed back into an error message.
+    return _Rule(
+        expected="a postgresql:// URL (postgresql://USER@HOST:PORT/DATABASE) or null "
+        "(null: the SQLite file .agent/state/acode.db)",
+        parse=parse,
+        echo=False,
+    )
+
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -315,6 +344,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
         {"default_timeout_seconds": _timeout(), "max_output_bytes": _positive_int()},
     ),
     "sync": (SyncSettings, {"remote": _optional_text()}),
+    "store": (StoreSettings, {"url": _store_url()}),
     "log": (LogSettings, {"max_bytes": _positive_int(), "keep": _positive_int()}),
 }
 _TOP_LEVEL_SCALARS: dict[str, _Rule] = {

@@ -9,6 +9,8 @@ Environment variables (an empty value counts as unset):
 ``ACODE_SYNC_DSN``
     replaces ``sync.remote``: the PostgreSQL URL of the mirror (it may hold a password,
     which is better kept out of a file).
+``ACODE_STORE_URL``
+    replaces ``store.url``: the PostgreSQL database that stores the sessions (the same).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "CONFIG_RELATIVE",
     "ENV_OVERRIDES",
     "SETTABLE",
+    "configured_store_url",
     "load_config",
     "set_setting",
     "write_default_config",
@@ -37,6 +40,7 @@ ENV_OVERRIDES: Mapping[str, tuple[str, str]] = {
     "ACODE_MODEL_BASE_URL": ("model", "base_url"),
     "ACODE_MODEL_NAME": ("model", "name"),
     "ACODE_SYNC_DSN": ("sync", "remote"),
+    "ACODE_STORE_URL": ("store", "url"),
 }
 
 # Every key with its default, so that a person sees what can be changed. A test keeps it
@@ -90,6 +94,12 @@ sync:
   remote: null                          # PostgreSQL URL of the team mirror; null = local only
                                         # (env ACODE_SYNC_DSN overrides)
 
+store:
+  url: null                             # postgresql://USER@HOST:PORT/DATABASE keeps the
+                                        # sessions there (docs/fleet.md); null = the SQLite
+                                        # file .agent/state/acode.db
+                                        # (env ACODE_STORE_URL overrides)
+
 log:                                    # the JSON log, .agent/state/logs/acode.jsonl
   max_bytes: 10485760                   # a file's size before it rotates
   keep: 5                               # rotated files kept (acode.jsonl.1 ...)
@@ -105,6 +115,20 @@ def load_config(workspace: Path, *, environ: Mapping[str, str] | None = None) ->
     text = _read(path)
     cfg = AcodeConfig() if text is None else parse_config(_load_yaml(text, str(path)), str(path))
     return _apply_environment(cfg, os.environ if environ is None else environ)
+
+
+def configured_store_url(
+    workspace: Path, *, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The workspace's ``store.url`` (None: its SQLite file), as :func:`load_config` gives
+    it; without the YAML parser when the file never names a store, so that the commands
+    that only read sessions start no slower (a file must name `store` to set it)."""
+    environ = os.environ if environ is None else environ
+    if not environ.get("ACODE_STORE_URL"):
+        text = _read(workspace / CONFIG_RELATIVE)
+        if text is None or "store" not in text:
+            return None
+    return load_config(workspace, environ=environ).store.url
 
 
 def _read(path: Path) -> str | None:

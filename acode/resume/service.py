@@ -34,7 +34,13 @@ from acode.engine.catalog import (
     resumable_sessions,
 )
 from acode.engine.journal import Journal, verify_history
-from acode.engine.lifecycle import Workspace, existing_workspace, session_config, take_lock
+from acode.engine.lifecycle import (
+    Workspace,
+    existing_workspace,
+    open_workspace_store,
+    session_config,
+    take_lock,
+)
 from acode.engine.progress_file import progress_path, recorded_checkpoint
 from acode.engine.sync_link import open_sync_link, sync_status
 from acode.errors import (
@@ -58,7 +64,7 @@ from acode.resume.environment import (
     since_pause,
 )
 from acode.security.signing import load_signer
-from acode.store.base import EventStore, open_store
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
 from acode.system.clock import Clock, SystemClock
 from acode.system.log import log_event
@@ -575,7 +581,7 @@ def preview_resume(
     changed. ``verify`` replays the whole history first (`--verify`)."""
     began = time.time_ns()
     ws = _existing(workspace, None)
-    store = open_store(ws.paths.db, ws.config.durability)
+    store = open_workspace_store(ws)
     try:
         return _preview_in(store, ws, id_or_prefix, clock or SystemClock(), verify, began)
     finally:
@@ -778,7 +784,7 @@ def _resume(
 
     signer = load_signer()
     with ExitStack() as cleanup:
-        store = open_store(ws.paths.db, ws.config.durability)
+        store = open_workspace_store(ws)
         cleanup.callback(store.close)
         row = select_for_resume(store, id_or_prefix)
         held_by_us = _held_by_us(ws, row.id)

@@ -34,7 +34,14 @@ if TYPE_CHECKING:
     )
     from acode.store.sqlite.health import DatabaseHealth
 
-__all__ = ["Durability", "EventStore", "database_health", "open_store"]
+__all__ = [
+    "SCOPE_PARAMETER",
+    "Durability",
+    "EventStore",
+    "database_health",
+    "open_store",
+    "workspace_url",
+]
 
 # ``full``: every commit survives power loss; ``normal``: the last ones may not (never a
 # process crash), for writes that can be lost, such as the sync bookkeeping.
@@ -217,6 +224,19 @@ class EventStore(Protocol):
         """The remote committed every event up to ``seq``: never moves back."""
 
     def record_failure(self, sid: int, reason: str, now_us: int, next_retry_us: int) -> None: ...
+
+
+# The query parameter of a shared store's URL that narrows it to one workspace's sessions
+# (acode's own: the PostgreSQL store takes it out before the URL reaches libpq).
+SCOPE_PARAMETER = "acode_workspace"
+
+
+def workspace_url(url: str, workspace: str) -> str:
+    """The URL of the store that many workspaces share at ``url``, as ``workspace`` sees
+    it: its own sessions alone, as in a SQLite file of its own."""
+    from urllib.parse import quote
+
+    return f"{url}{'&' if '?' in url else '?'}{SCOPE_PARAMETER}={quote(workspace, safe='')}"
 
 
 def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> EventStore:

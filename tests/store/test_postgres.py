@@ -10,12 +10,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 
 from acode.errors import ErrorCode, SchemaTooNewError, StorageError, StoreUnavailableError
-from acode.store.base import EventStore, open_store
+from acode.store.base import EventStore, open_store, workspace_url
 from acode.store.postgres.migrations import available_migrations
 from tests.store.contract import EventStoreContract, _event, _message
 from tests.store.contract import _commit as commit_of
@@ -41,10 +40,6 @@ def _sql(pg: PgServer, dbname: str, statement: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(pg.direct_dsn(dbname), autocommit=True) as conn:
         cur = conn.execute(statement.encode())
         return cur.fetchall() if cur.description else []
-
-
-def _scoped(url: str, workspace: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}acode_workspace={quote(workspace, safe='')}"
 
 
 def _session(store: EventStore, n: int, workspace: str = "/work/space") -> Any:
@@ -90,8 +85,8 @@ def test_the_database_refuses_edits_of_the_log(
 
 def test_workspaces_sharing_a_database_see_their_own_sessions(url: str) -> None:
     with (
-        closing(open_store(_scoped(url, "/work/space"))) as mine,
-        closing(open_store(_scoped(url, "/work/other"))) as theirs,
+        closing(open_store(workspace_url(url, "/work/space"))) as mine,
+        closing(open_store(workspace_url(url, "/work/other"))) as theirs,
         closing(open_store(url)) as everything,
     ):
         row = _session(mine, 1)

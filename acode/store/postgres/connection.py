@@ -11,12 +11,14 @@ as a ``StorageError`` whose message names the server without a password.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from acode.errors import ErrorCode, StorageError, StoreUnavailableError, StoreUrlError
+from acode.store.base import SCOPE_PARAMETER
 
 if TYPE_CHECKING:
     import psycopg
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
     from acode.store.base import Durability
 
 __all__ = [
-    "SCOPE_PARAMETER",
     "StoreAddress",
     "connect",
     "open_pool",
@@ -33,9 +34,6 @@ __all__ = [
     "store_error",
 ]
 
-# The query parameter of a store URL that names the workspace a store serves (acode's
-# own: it is taken out before the URL reaches libpq).
-SCOPE_PARAMETER = "acode_workspace"
 CONNECT_TIMEOUT_S = 5
 # How long a call waits for a connection of the pool (all busy, or the server gone).
 POOL_TIMEOUT_S = 10.0
@@ -71,13 +69,18 @@ def parse_address(url: str) -> StoreAddress:
     rest = [(k, v) for k, v in query if k != SCOPE_PARAMETER]
     password = parts.password or next((v for k, v in rest if k == "password"), "")
     conninfo = urlunsplit(parts._replace(query=urlencode(rest), fragment=""))
-    host = parts.hostname or next((v for k, v in rest if k == "host"), "localhost")
     user = f"{parts.username}@" if parts.username else ""
+    host = parts.hostname or "localhost"
     where = f"{host}:{port}" if port else host
-    return StoreAddress(conninfo, f"postgresql://{user}{where}{parts.path}", password, workspace)
+    shown = f"postgresql://{user}{where}{parts.path}"
+    socket = next((v for k, v in rest if k == "host"), None)
+    if socket is not None:  # a Unix socket's folder, or a host named in the query
+        shown += f"?host={socket}"
+    return StoreAddress(conninfo, shown, password, workspace)
 
 
 def _masked(url: str) -> str:
+    url = re.sub(rf"[?&]{SCOPE_PARAMETER}=[^&#]*", "", url)  # acode's own, not the person's
     scheme, sep, rest = url.partition("://")
     credentials, at, host = rest.rpartition("@")
     return f"{scheme}{sep}***@{host}" if at and credentials else url
@@ -188,10 +191,27 @@ def _unreachable(address: StoreAddress, text: str) -> StoreUnavailableError:
     )
 
 
+# libpq's words for a connection that failed: where to, and why.
+_TARGET = re.compile(
+    r'connection to server (?:at "(?P<host>[^"]+)"(?: \([^)]*\))?, port (?P<port>\d+)'
+    r'|on socket "(?P<socket>[^"]+)") failed: (?P<detail>[^\n]+)'
+)
+
+
 def _clean(address: StoreAddress, exc: BaseException) -> str:
-    """The driver's message in one line, without the password."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    text = "; ".join(lines[:2]) or type(exc).__name__
+    """The driver's message in a few words ("Connection refused (db:5432)"), without
+    the password."""
+    text = str(exc).strip() or type(exc).__name__
+    match = _TARGET.search(text)
+    if match:
+        detail = re.sub(r"^(?:FATAL|ERROR):\s+", "", match["detail"]).strip()
+        target = match["socket"] or f"{match['host']}:{match['port']}"
+        text = f"{detail} ({target})"
+    else:
+        text = re.sub(r"^connection failed:\s*", "", text.splitlines()[0])
+        resolve = re.match(r"failed to resolve host '([^']+)'", text)
+        if resolve:
+            text = f"unknown host {resolve[1]}"
     if address.password:
         text = text.replace(address.password, "***")
     text = text.replace('"', "")

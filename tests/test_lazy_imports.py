@@ -63,3 +63,10 @@ def test_the_top_level_finder_skips_functions_and_type_checking(tmp_path: Path) 
         "class C:\n    from acode.sync import dsn\n"
     )
     assert _top_level_imports(source) == {"json", "typing", "os", "acode.sync"}
+
+
+def test_the_postgresql_store_is_imported_only_when_one_is_opened() -> None:
+    for module in PACKAGE.rglob("*.py"):
+        if "postgres" not in module.parts:
+            imported = _top_level_imports(module)
+            assert not any(n.startswith("acode.store.postgres") for n in imported), module

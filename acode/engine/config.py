@@ -121,12 +121,16 @@ def configured_store_url(
     workspace: Path, *, environ: Mapping[str, str] | None = None
 ) -> str | None:
     """The workspace's ``store.url`` (None: its SQLite file), as :func:`load_config` gives
-    it; without the YAML parser when the file never names a store, so that the commands
-    that only read sessions start no slower (a file must name `store` to set it)."""
+    it, but without the YAML parser (11 ms) where the file cannot set one: the commands
+    that only read sessions start no slower for it. A store URL is a postgresql:// URL
+    (the rule of store.url), so a file none of whose lines says "postgres" outside a
+    comment sets none; a wrong value there is reported by the commands that run sessions."""
     environ = os.environ if environ is None else environ
     if not environ.get("ACODE_STORE_URL"):
         text = _read(workspace / CONFIG_RELATIVE)
-        if text is None or "store" not in text:
+        if text is None or not any(
+            "postgres" in line.split("#", 1)[0] for line in text.splitlines()
+        ):
             return None
     return load_config(workspace, environ=environ).store.url
 

@@ -2,11 +2,12 @@
 
 A `run` step, a command the model runs, a `check:` command, an engine CLI and git (with
 the hooks it runs) are programs acode does not vouch for. Whoever reads the checkpoint
-key can sign a forged history; whoever reads the remote's URL, or the PostgreSQL store's,
-has its password. So :func:`child_environment` leaves them out, and every place that starts a process builds
-its environment with it (tests/security/test_child_environment.py checks that each one
-does). The only exception is acode itself run as a work session's engine, which needs
-the key to sign its own session (acode.work.runner).
+key can sign a forged history; whoever reads the remote's URL, or the PostgreSQL
+store's, has its password. So :func:`child_environment` leaves them out, and every place
+that starts a process builds its environment with it
+(tests/security/test_child_environment.py checks that each one does). The only exception
+is acode itself run as a work session's engine, which needs the key to sign its own
+session (acode.work.runner).
 
 Everything else of the caller's environment is passed on, the model's API key variable
 (``model.api_key_env``) included: it is the user's own setting, which their shell gives

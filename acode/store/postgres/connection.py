@@ -31,7 +31,9 @@ __all__ = [
     "connect",
     "open_pool",
     "parse_address",
+    "pool_timeout",
     "store_error",
+    "translated",
 ]
 
 CONNECT_TIMEOUT_S = 5
@@ -111,7 +113,9 @@ def connect(address: StoreAddress, durability: Durability) -> psycopg.Connection
         raise _unreachable(address, str(exc)) from None
 
 
-def open_pool(address: StoreAddress, durability: Durability) -> ConnectionPool[Any]:
+def open_pool(
+    address: StoreAddress, durability: Durability
+) -> ConnectionPool[psycopg.Connection[Any]]:
     from psycopg_pool import ConnectionPool
 
     return ConnectionPool(
@@ -137,9 +141,12 @@ def translated(address: StoreAddress) -> Iterator[None]:
     except psycopg.Error as exc:
         raise store_error(address, exc) from exc
     except PoolTimeout as exc:
-        raise _unreachable(
-            address, f"no connection could be had within {POOL_TIMEOUT_S:g} s"
-        ) from exc
+        raise pool_timeout(address) from exc
+
+
+def pool_timeout(address: StoreAddress) -> StoreUnavailableError:
+    """The error for a pool that had no connection to give in time."""
+    return _unreachable(address, f"no connection could be had within {POOL_TIMEOUT_S:g} s")
 
 
 # The SQLSTATE classes of a login the server refused: 28 (invalid authorization: a wrong

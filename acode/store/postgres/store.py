@@ -24,6 +24,8 @@ from acode.store.postgres.connection import (
     connect,
     open_pool,
     parse_address,
+    pool_timeout,
+    store_error,
     translated,
 )
 from acode.store.postgres.migrations import migrate
@@ -112,8 +114,16 @@ def _run(conn: psycopg.Connection[Any], statements: list[_Statement]) -> None:
 
 
 class PostgresStore:
-    def __init__(self, pool: ConnectionPool[Any], address: StoreAddress, url: str) -> None:
+    def __init__(
+        self, pool: ConnectionPool[psycopg.Connection[Any]], address: StoreAddress, url: str
+    ) -> None:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
         self._pool = pool
+        # Looked up once: the step path catches them at every write.
+        self._driver_error = psycopg.Error
+        self._pool_timeout = PoolTimeout
         self._address = address
         self._url = url
         # A store opened for one workspace sees its sessions alone (queries.py).
@@ -151,18 +161,30 @@ class PostgresStore:
     def close(self) -> None:
         self._pool.close()
 
+    def _get(self) -> psycopg.Connection[Any]:
+        try:
+            return self._pool.getconn()
+        except self._pool_timeout as exc:
+            raise pool_timeout(self._address) from exc
+
+    def _failed(self, exc: Exception) -> StorageError:
+        error = store_error(self._address, exc)
+        if error.code is ErrorCode.STORE_UNREACHABLE:
+            # The server went away (or restarted) under the pool: every idle connection
+            # is dead too. Tested now, and replaced, so that one call meets the outage,
+            # not one call per connection of the pool.
+            self._pool.check()
+        return error
+
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        conn = self._get()
         try:
-            with translated(self._address), self._pool.connection() as conn:
-                yield conn
-        except StoreUnavailableError as exc:
-            if exc.code is ErrorCode.STORE_UNREACHABLE:
-                # The server went away (or restarted) under the pool: every idle
-                # connection is dead too. Tested now, and replaced, so that one call
-                # meets the outage, not one call per connection of the pool.
-                self._pool.check()
-            raise
+            yield conn
+        except self._driver_error as exc:
+            raise self._failed(exc) from exc
+        finally:
+            self._pool.putconn(conn)
 
     def _all(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
         return self._read(lambda conn: conn.execute(sql, params).fetchall())
@@ -282,10 +304,16 @@ class PostgresStore:
         hash_: bytes,
         signature: bytes,
     ) -> None:
-        """A step's completion: one row, one statement, one round trip."""
+        """A step's completion: one row, one statement, one round trip (``_conn`` written
+        out: the path most steps take)."""
         row = (sid, seq, event_id, ts_us, _COMPLETED, payload_json, hash_, None, signature)
-        with self._conn() as conn:
+        conn = self._get()
+        try:
             conn.execute(q.INSERT_EVENT, row)
+        except self._driver_error as exc:
+            raise self._failed(exc) from exc
+        finally:
+            self._pool.putconn(conn)
 
     def rechain(
         self,

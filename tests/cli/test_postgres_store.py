@@ -89,6 +89,43 @@ def test_a_session_killed_on_postgresql_resumes_without_running_a_step_again(
     assert dbname not in child_env.read_text()
 
 
+def test_a_session_whose_connections_the_server_ended_pauses_and_resumes(
+    acode: Cli, pg_server: PgServer, dbname: str, tmp_path: Path
+) -> None:
+    import psycopg
+
+    effects = tmp_path / "effects.log"
+    pids = acode.watch_pids("pids")
+    nap = f"test -e napped || {{ touch napped; echo $$ >> {pids}; sleep 2; }}"
+    acode.write(
+        "plan.yml",
+        plan_yaml(
+            "Through a restart",
+            f"{{id: one, run: 'echo one >> {effects}'}}",
+            f"{{id: nap, run: '{nap}', idempotent: true}}",
+            f"{{id: two, run: 'echo two >> {effects}'}}",
+        ),
+    )
+    run = acode.start("run", "plan.yml")
+    step_started(acode, run, pids)
+    # What a restart of the server does to its clients: every connection ended.
+    with psycopg.connect(pg_server.direct_dsn("postgres"), autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (dbname,),
+        )
+    stopped = acode.finish(run, expect=1)
+    assert "ACODE-DB-005" in stopped.err, stopped.describe()
+    assert "acode resume" in stopped.flat_err
+    assert "Traceback" not in stopped.err
+    assert "discarding" not in stopped.err  # the pool's own warnings stay out of sight
+    (paused,) = acode.sessions()
+    assert paused["state"] == "PAUSED"
+    acode("resume", "--mode", "autopilot")
+    assert acode.status(paused["id"])["state"] == "COMPLETED"
+    assert effects.read_text().split() == ["one", "two"]
+
+
 def test_a_store_that_does_not_answer_is_a_clear_error(
     workspace: Path, cli_env: dict[str, str], background: Background
 ) -> None:

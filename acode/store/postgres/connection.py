@@ -116,8 +116,15 @@ def connect(address: StoreAddress, durability: Durability) -> psycopg.Connection
 def open_pool(
     address: StoreAddress, durability: Durability
 ) -> ConnectionPool[psycopg.Connection[Any]]:
+    import logging
+
     from psycopg_pool import ConnectionPool
 
+    # The pool reports a connection it drops as a warning, which Python prints on stderr
+    # where no logging is set up: acode reports the outage itself (ACODE-DB-005).
+    logger = logging.getLogger("psycopg.pool")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
     return ConnectionPool(
         address.conninfo,
         kwargs=_options(durability),

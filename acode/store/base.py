@@ -21,6 +21,7 @@ from acode.errors import StoreUrlError
 if TYPE_CHECKING:
     from acode.domain.events import Event, EventType
     from acode.domain.reducer import StepRecord
+    from acode.store.postgres.health import StoreHealth
     from acode.store.records import (
         Backlog,
         CheckpointRow,
@@ -40,6 +41,7 @@ __all__ = [
     "EventStore",
     "database_health",
     "open_store",
+    "store_health",
     "workspace_url",
 ]
 
@@ -299,3 +301,11 @@ def database_health(path: Path) -> DatabaseHealth:
     from acode.store.sqlite.health import database_health as sqlite_health
 
     return sqlite_health(path)
+
+
+def store_health(url: str) -> StoreHealth:
+    """What `acode doctor` reads of the PostgreSQL store at ``url``, changing nothing: its
+    schema version and its sessions (acode.store.postgres.health)."""
+    from acode.store.postgres.health import store_health as postgres_health
+
+    return postgres_health(url)

@@ -142,3 +142,26 @@ def test_a_store_that_does_not_answer_is_a_clear_error(
         assert "Traceback" not in refused.err
         assert "hunter2" not in refused.out + refused.err
     assert not (workspace / "a.txt").exists()
+
+
+def test_doctor_checks_the_postgresql_store_without_changing_it(
+    acode: Cli, pg_server: PgServer, dbname: str
+) -> None:
+    import psycopg
+
+    def database() -> dict[str, str]:
+        report = acode("doctor", "--json", expect=None).json()
+        (check,) = [c for c in report["checks"] if c["name"] == "database"]
+        return dict(check)
+
+    before = database()
+    assert before["status"] == "ok", before
+    assert before["detail"].endswith(": no sessions yet")
+    with psycopg.connect(pg_server.direct_dsn(dbname)) as conn:
+        found = conn.execute("SELECT to_regnamespace('acode_store')").fetchone()
+    assert found == (None,)  # looking created nothing
+    acode.write("plan.yml", plan_yaml("Checked", "{id: a, write: a.txt, content: 'a'}"))
+    acode("run", "plan.yml")
+    after = database()
+    assert after["status"] == "ok", after
+    assert "schema version 1, 1 session of this workspace" in after["detail"]

@@ -29,6 +29,7 @@ from acode.store.postgres.connection import (
     translated,
 )
 from acode.store.postgres.migrations import migrate
+from acode.store.postgres.writes import run, statements_of
 from acode.store.records import (
     Backlog,
     CheckpointRow,
@@ -48,7 +49,7 @@ from acode.store.rows import (
     step_from_row,
     step_records,
 )
-from acode.store.sqlite.blobs import compress, image
+from acode.store.sqlite.blobs import image
 
 if TYPE_CHECKING:
     import psycopg
@@ -59,58 +60,6 @@ __all__ = ["PostgresStore"]
 _T = TypeVar("_T")
 _LAST = (1 << 32) - 1  # the highest seq or position a session may have (as in SQLite)
 _COMPLETED = EventType.STEP_COMPLETED.value
-
-# One statement of a write: the SQL, its parameters, and whether they are many rows.
-_Statement = tuple[str, Any, bool]
-
-
-def _statements(sid: int, c: Commit) -> list[_Statement]:
-    """What writing ``c`` for session ``sid`` executes, in order."""
-    statements: list[_Statement] = []
-    if c.blobs:
-        blobs = [(sha, len(data), compress(data)) for sha, data in c.blobs]
-        statements.append((q.INSERT_BLOB, blobs, True))
-    rows: list[tuple[Any, ...]] = [
-        (sid, e.seq, e.event_id, e.ts_us, e.type.value, e.payload_json, e.hash, None, None)
-        for e in c.events
-    ]
-    k = c.checkpoint
-    if k is not None:
-        # A checkpoint is taken at the write's last event and goes into its row.
-        assert k.seq == c.events[-1].seq
-        summary = k.summary if c.summary_written else None
-        rows[-1] = (*rows[-1][:7], summary, bytes.fromhex(k.signature))
-    statements.append(
-        (q.INSERT_EVENT, rows[0], False) if len(rows) == 1 else (q.INSERT_EVENT, rows, True)
-    )
-    for r in c.steps:
-        step = (sid, r.position, r.step_id, r.task_id, r.kind, r.status.value, r.attempt)
-        statements.append((q.UPSERT_STEP, (*step, r.input_hash, r.event_seq), False))
-    if c.step_ids:
-        statements.append((q.INSERT_STEP_ID, [(sid, s) for s in c.step_ids], True))
-    if c.messages:
-        messages = [(sid, m.idx, m.role, m.content, m.seq) for m in c.messages]
-        statements.append((q.INSERT_MESSAGE, messages, True))
-    if c.files:
-        seq = c.events[-1].seq
-        files = [
-            (sid, f.path, f.sha256, f.size, f.mtime_ns, f.ctime_ns, f.ino, seq) for f in c.files
-        ]
-        statements.append((q.UPSERT_FILE, files, True))
-    if c.state is not None:
-        statements.append((q.UPDATE_SESSION, (c.state, c.updated_at, sid), False))
-    if c.archive:
-        statements.append((q.ARCHIVE_SESSION, (sid,), False))
-    return statements
-
-
-def _run(conn: psycopg.Connection[Any], statements: list[_Statement]) -> None:
-    for sql, parameters, many in statements:
-        if many:
-            with conn.cursor() as cur:
-                cur.executemany(sql, parameters)
-        else:
-            conn.execute(sql, parameters)
 
 
 class PostgresStore:
@@ -236,7 +185,7 @@ class PostgresStore:
         with self._conn() as conn, conn.transaction():
             found = conn.execute(q.INSERT_SESSION, row).fetchone()
             assert found is not None  # RETURNING gives the new row's
-            _run(conn, _statements(int(found[0]), first))
+            run(conn, statements_of(int(found[0]), first))
         return self.session(session_id)
 
     def session(self, session_id: str) -> SessionRow:
@@ -286,13 +235,13 @@ class PostgresStore:
 
     def commit(self, sid: int, commit: Commit) -> None:
         """Write one Commit in one transaction, or nothing."""
-        statements = _statements(sid, commit)
+        statements = statements_of(sid, commit)
         with self._conn() as conn:
             if len(statements) == 1:
-                _run(conn, statements)  # one statement is a transaction of its own
+                run(conn, statements)  # one statement is a transaction of its own
                 return
             with conn.transaction():
-                _run(conn, statements)
+                run(conn, statements)
 
     def append_completion(
         self,

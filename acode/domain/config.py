@@ -264,13 +264,16 @@ def _store_url() -> _Rule:
     def parse(value: object) -> object:
         if value is None:
             return None
-        ok = _is_text(value) and str(value).startswith(_STORE_SCHEMES) and " " not in str(value)
+        # A "#" would start the URL's fragment, where what follows it is lost (a password
+        # holding one writes it %23).
+        text = str(value)
+        ok = _is_text(value) and text.startswith(_STORE_SCHEMES) and not {" ", "#"} & set(text)
         return value if ok else _INVALID
 
     # A URL may carry a password: never echoed back into an error message.
     return _Rule(
-        expected="a postgresql:// URL (postgresql://USER@HOST:PORT/DATABASE) or null "
-        "(null: the SQLite file .agent/state/acode.db)",
+        expected="a postgresql:// URL (postgresql://USER@HOST:PORT/DATABASE, a # in the "
+        "password written %23) or null (null: the SQLite file .agent/state/acode.db)",
         parse=parse,
         echo=False,
     )

@@ -252,7 +252,12 @@ def test_the_log_section_sets_the_size_of_the_json_log() -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["mysql://me:SECRET123@db/acode", "sqlite:///tmp/acode.db", "postgresql://me:SECRET123@ db/x"],
+    [
+        "mysql://me:SECRET123@db/acode",
+        "sqlite:///tmp/acode.db",
+        "postgresql://me:SECRET123@ db/x",
+        "postgresql://me:SECRET#123@db/x",
+    ],
 )
 def test_a_store_url_that_is_not_postgresql_is_refused_without_echoing_it(url: str) -> None:
     message = refused({"store": {"url": url}})

@@ -235,9 +235,12 @@ SCOPE_PARAMETER = "acode_workspace"
 
 def workspace_url(url: str, workspace: str) -> str:
     """The URL of the store that many workspaces share at ``url``, as ``workspace`` sees
-    it: its own sessions alone, as in a SQLite file of its own."""
+    it: its own sessions alone, as in a SQLite file of its own. The parameter is acode's
+    alone: one already in ``url`` is replaced, never trusted."""
+    import re
     from urllib.parse import quote
 
+    url = re.sub(rf"(?<=[?&]){SCOPE_PARAMETER}=[^&]*&?", "", url).rstrip("?&")
     return f"{url}{'&' if '?' in url else '?'}{SCOPE_PARAMETER}={quote(workspace, safe='')}"
 
 

@@ -27,7 +27,6 @@ __all__ = [
     "CONFIG_RELATIVE",
     "ENV_OVERRIDES",
     "SETTABLE",
-    "configured_store_url",
     "load_config",
     "set_setting",
     "write_default_config",
@@ -115,24 +114,6 @@ def load_config(workspace: Path, *, environ: Mapping[str, str] | None = None) ->
     text = _read(path)
     cfg = AcodeConfig() if text is None else parse_config(_load_yaml(text, str(path)), str(path))
     return _apply_environment(cfg, os.environ if environ is None else environ)
-
-
-def configured_store_url(
-    workspace: Path, *, environ: Mapping[str, str] | None = None
-) -> str | None:
-    """The workspace's ``store.url`` (None: its SQLite file), as :func:`load_config` gives
-    it, but without the YAML parser (11 ms) where the file cannot set one: the commands
-    that only read sessions start no slower for it. A store URL is a postgresql:// URL
-    (the rule of store.url), so a file none of whose lines says "postgres" outside a
-    comment sets none; a wrong value there is reported by the commands that run sessions."""
-    environ = os.environ if environ is None else environ
-    if not environ.get("ACODE_STORE_URL"):
-        text = _read(workspace / CONFIG_RELATIVE)
-        if text is None or not any(
-            "postgres" in line.split("#", 1)[0] for line in text.splitlines()
-        ):
-            return None
-    return load_config(workspace, environ=environ).store.url
 
 
 def _read(path: Path) -> str | None:

@@ -209,7 +209,7 @@ def _store_check(workspace: Path) -> tuple[Check, None] | None:
     """The PostgreSQL store's check, where ``store.url`` names one; None: the workspace's
     sessions are in its SQLite file (or its configuration cannot be read, which the
     config check reports)."""
-    from acode.engine.config import configured_store_url
+    from acode.engine.store_choice import configured_store_url
 
     try:
         url = configured_store_url(workspace)

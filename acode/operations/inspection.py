@@ -33,7 +33,7 @@ def read_store(workspace: Path) -> Iterator[EventStore | None]:
     """The workspace's store, or None when no session was ever recorded there
     (reading must not create acode's state in a directory). With ``store.url`` set, the
     workspace's sessions in that PostgreSQL database."""
-    from acode.engine.config import configured_store_url
+    from acode.engine.store_choice import configured_store_url
 
     paths = StatePaths(workspace)
     url = configured_store_url(workspace)

@@ -6,12 +6,8 @@ import pytest
 import yaml
 
 from acode.domain.config import AcodeConfig, ModelSettings, config_to_dict
-from acode.engine.config import (
-    CONFIG_RELATIVE,
-    configured_store_url,
-    load_config,
-    write_default_config,
-)
+from acode.engine.config import CONFIG_RELATIVE, load_config, write_default_config
+from acode.engine.store_choice import CONFIG_FILE, configured_store_url
 from acode.errors import ConfigError
 
 
@@ -147,3 +143,4 @@ def test_the_store_url_is_read_as_load_config_reads_it(
         write_config(tmp_path, text)
     assert configured_store_url(tmp_path, environ=environ) == expected
     assert load_config(tmp_path, environ=environ).store.url == expected
+    assert CONFIG_FILE == CONFIG_RELATIVE

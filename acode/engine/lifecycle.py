@@ -23,6 +23,7 @@ from acode.domain.events import EventType, canonical_json
 from acode.domain.ids import uuid7
 from acode.domain.states import SessionState, is_terminal
 from acode.engine.config import load_config
+from acode.engine.store_choice import configured_store_url
 from acode.errors import ConfigError, SessionNotFoundError, StorageError
 from acode.security.signing import load_signer
 from acode.store.base import EventStore, open_store, workspace_url
@@ -80,13 +81,13 @@ def existing_workspace(workspace: Path | str = ".", config: AcodeConfig | None =
     """The workspace, for commands that act on recorded sessions: where none was ever
     recorded, say so rather than create acode's state there."""
     root = Path(workspace).resolve()
-    cfg = config if config is not None else load_config(root)
-    if cfg.store.url is None and not StatePaths(root).db.exists():
+    url = config.store.url if config is not None else configured_store_url(root)
+    if url is None and not StatePaths(root).db.exists():
         raise SessionNotFoundError(
             f"no acode sessions in {root}",
             hint="run the command in the workspace of the session, or pass --workspace DIR",
         )
-    return open_workspace(root, cfg)
+    return open_workspace(root, config)
 
 
 def open_workspace_store(ws: Workspace) -> EventStore:

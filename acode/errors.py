@@ -11,6 +11,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     │   └── CookieError            no cookie, or not the work session's (WORK-001) exit 2
     │   └── StoreUrlError          no store backend takes the URL (ACODE-DB-004) exit 2
     ├── SessionNotFoundError       no session has that id                       exit 1
+    │   └── SessionPrunedError     it was pruned (ACODE-SESSION-003)            exit 1
     ├── NothingToResumeError       ACODE-RESUME-001                             exit 14
     ├── TerminalStateError         ACODE-RESUME-002                             exit 15
     ├── SessionLockedError         ACODE-RESUME-003 / ACODE-LOCK-*              exit 16
@@ -29,6 +30,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     │   ├── StoreUnavailableError  PostgreSQL store: no answer (DB-005) or refused (DB-006) exit 1
     │   └── RemoteUnavailable      the sync remote cannot be used for now       exit 1
     ├── EnvironmentFaultError      a full disk, a read-only file system (ENV-*) exit 1
+    ├── ArchiveError               an archive refused by import (ARCHIVE-*)     exit 1
     └── WorkNotFoundError          no task or work session with that id (WORK-003) exit 1
 
 Control flow that is not a failure lives outside the hierarchy: ``PauseRequested``
@@ -51,6 +53,7 @@ __all__ = [
     "AmbiguousSessionError",
     "ApprovalChangedError",
     "ApprovalPending",
+    "ArchiveError",
     "CheckpointError",
     "ConfigError",
     "ContinuationError",
@@ -69,6 +72,7 @@ __all__ = [
     "SchemaTooNewError",
     "SessionLockedError",
     "SessionNotFoundError",
+    "SessionPrunedError",
     "StepFailedError",
     "StorageError",
     "StoreUnavailableError",
@@ -91,6 +95,7 @@ class ErrorCode(StrEnum):
     PLAN_INVALID = "ACODE-PLAN-001"
     SESSION_NOT_FOUND = "ACODE-SESSION-001"
     SESSION_AMBIGUOUS = "ACODE-SESSION-002"
+    SESSION_PRUNED = "ACODE-SESSION-003"
     NO_RESUMABLE = "ACODE-RESUME-001"
     TERMINAL_STATE = "ACODE-RESUME-002"
     LOCKED = "ACODE-RESUME-003"
@@ -123,6 +128,11 @@ class ErrorCode(StrEnum):
     DISK_FULL = "ACODE-ENV-001"
     READ_ONLY = "ACODE-ENV-002"
     NAME_TOO_LONG = "ACODE-ENV-003"
+    ARCHIVE_INVALID = "ACODE-ARCHIVE-001"
+    ARCHIVE_TOO_NEW = "ACODE-ARCHIVE-002"
+    ARCHIVE_TAMPERED = "ACODE-ARCHIVE-003"
+    ARCHIVE_OTHER_KEY = "ACODE-ARCHIVE-004"
+    ARCHIVE_SESSION_EXISTS = "ACODE-ARCHIVE-005"
 
 
 class AcodeError(Exception):
@@ -169,6 +179,12 @@ class StoreUrlError(UsageError):
 
 class SessionNotFoundError(AcodeError):
     code = ErrorCode.SESSION_NOT_FOUND
+
+
+class SessionPrunedError(SessionNotFoundError):
+    """The session was removed by `acode session prune`, as its signed record says."""
+
+    code = ErrorCode.SESSION_PRUNED
 
 
 class NothingToResumeError(AcodeError):
@@ -276,6 +292,14 @@ class EnvironmentFaultError(AcodeError):
     pauses, and resume runs the step again once the cause is gone."""
 
     code = ErrorCode.DISK_FULL
+
+
+class ArchiveError(AcodeError):
+    """A file `acode session import` refuses: not an archive, damaged, changed, made with
+    another key or by a newer acode, or of a session the store holds otherwise. Nothing
+    was written."""
+
+    code = ErrorCode.ARCHIVE_INVALID
 
 
 class WorkNotFoundError(AcodeError):

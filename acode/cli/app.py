@@ -298,7 +298,7 @@ def status(
     workspace: WorkspaceOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show a session's state, progress, lock and sync status."""
+    """Show a session's state, progress, lock, sync and hand-off status."""
     from acode.cli import inspect
 
     inspect.status(workspace_dir(workspace), session_id, as_json)
@@ -310,7 +310,8 @@ def sync(
     wait: Annotated[
         bool,
         typer.Option(
-            "--wait", help="Retry with back-off until every event is pushed or --timeout passes."
+            "--wait",
+            help="Retry with back-off until everything is pushed or --timeout passes.",
         ),
     ] = False,
     timeout: Annotated[
@@ -319,7 +320,7 @@ def sync(
     ] = 30.0,
     as_json: JsonOption = False,
 ) -> None:
-    """Push every session's pending events to the remote now; exit 1 while some wait."""
+    """Push every session's pending events and hand-off refs now; exit 1 while some wait."""
     from acode.cli.sync_command import run_sync
 
     code = run_sync(workspace_dir(workspace), wait=wait, timeout=timeout, as_json=as_json)
@@ -431,6 +432,43 @@ def session_export(
     inspect.session_export(workspace_dir(workspace), session_id, fmt, output, force=force)
 
 
+@session_app.command("archive")
+def session_archive(
+    session_id: SessionArgument,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The archive file to write (never inside .agent/state).",
+        ),
+    ],
+    workspace: WorkspaceOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the --output file if it exists.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a stopped session, whole and signed, unredacted, to a file `session import`
+    takes back (events, checkpoints, file images)."""
+    from acode.cli.archive_command import session_archive as archive
+
+    archive(workspace_dir(workspace), session_id, output, force=force, as_json=as_json)
+
+
+@session_app.command("import")
+def session_import(
+    archive: Annotated[Path, typer.Argument(help="An archive `acode session archive` wrote.")],
+    workspace: WorkspaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Verify an archive (its MAC, the session's history, every checkpoint), then add its
+    session to this workspace, all or nothing."""
+    from acode.cli.archive_command import session_import as import_
+
+    import_(workspace_dir(workspace), archive, as_json=as_json)
+
+
 @session_app.command("discard")
 def session_discard(
     session_id: SessionArgument, workspace: WorkspaceOption = None, as_json: JsonOption = False
@@ -439,6 +477,57 @@ def session_discard(
     from acode.cli import inspect
 
     inspect.session_discard(workspace_dir(workspace), session_id, as_json)
+
+
+@session_app.command("prune")
+def session_prune(
+    workspace: WorkspaceOption = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            metavar="AGE",
+            help="Sessions last updated longer ago than AGE: 30d, 12h, 2w.",
+        ),
+    ] = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--state",
+            help="Only sessions in this state: completed, failed, cancelled or discarded "
+            "(repeatable).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be removed; remove nothing.")
+    ] = False,
+    include_backups: Annotated[
+        bool,
+        typer.Option(
+            "--include-backups",
+            help="Remove the -before-rollback snapshot refs too (they hold what a rollback "
+            "overwrote).",
+        ),
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Remove without asking (needed without a terminal).")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Remove ended sessions for good: by --older-than and --state, else by the
+    retention: settings. Never one that can be resumed, runs, or is not synced yet."""
+    from acode.cli.prune_command import run_prune
+
+    code = run_prune(
+        workspace_dir(workspace),
+        older_than=older_than,
+        states=state,
+        dry_run=dry_run,
+        include_backups=include_backups,
+        yes=yes,
+        as_json=as_json,
+    )
+    raise typer.Exit(code)
 
 
 @session_app.command("checkpoint")
@@ -459,7 +548,12 @@ def session_checkpoint(
 
 @app.command()
 def approve(
-    session_id: SessionArgument,
+    session_id: Annotated[
+        str | None,
+        typer.Argument(
+            help="Session id or a unique prefix of it (default: the one session waiting)."
+        ),
+    ] = None,
     workspace: WorkspaceOption = None,
     step: Annotated[
         str | None, typer.Option("--step", help="The approval step (default: the waiting one).")

@@ -23,7 +23,7 @@ __all__ = ["approve_command"]
 
 
 def approve_command(
-    session_id: str,
+    session_id: str | None,
     workspace: Path,
     *,
     step: str | None,

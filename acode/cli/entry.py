@@ -29,6 +29,7 @@ def main() -> None:
 
     # Before anything can start a process that reads this one's /proc/PID/environ.
     scrub_own_environment()
+    _open_closed_streams()
 
     try:
         _refuse_undecodable(sys.argv[1:])
@@ -82,6 +83,19 @@ def main() -> None:
         _report_bug(unexpected)
         sys.exit(1)
     sys.exit(code)
+
+
+def _open_closed_streams() -> None:
+    """A command started with its output closed (``acode resume >&-``, a service manager)
+    still does its work; what it would print goes to /dev/null. Python leaves such a
+    stream None, which every print would fail on after the work had begun."""
+    import os
+
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            # The lowest free descriptor is the closed one: the processes a session
+            # starts inherit /dev/null there too, not whatever file is opened next.
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
 
 
 def interrupted() -> int:

@@ -19,7 +19,9 @@ from acode.operations.inspection import read_store
 # What a command needs beyond reading the store loads in that command: `session list`,
 # the one a script runs most, must not pay for the others (the remote, the journal).
 if TYPE_CHECKING:
+    from acode.domain.config import AcodeConfig
     from acode.domain.position import Position
+    from acode.engine.handoff import HandoffStatus
     from acode.operations.inspection import SessionDetail
     from acode.store.base import EventStore
 
@@ -36,17 +38,18 @@ __all__ = [
 
 
 def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
-    from acode.cli.sync_command import configured_remote
+    from acode.engine.config import load_config
     from acode.engine.sync_link import sync_status
     from acode.operations.inspection import session_detail
 
-    remote = configured_remote(workspace)
+    config = load_config(workspace)
     with read_store(workspace) as store:
         if store is None:
             raise _no_sessions(workspace)
         detail = session_detail(store, workspace, session_id)
-        sync = sync_status(store, detail.row, remote)
+        sync = sync_status(store, detail.row, config.sync.remote)
         position = _position(store, detail)
+        handoff = _handoff(detail, workspace, config)
     print_status(
         detail.row,
         detail.summary,
@@ -55,7 +58,18 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
         sync=sync,
         usage=detail.usage,
         position=position,
+        handoff=handoff,
     )
+
+
+def _handoff(detail: SessionDetail, workspace: Path, config: AcodeConfig) -> HandoffStatus | None:
+    """Where the session's hand-off ref stands; None, with nothing of it loaded, when
+    hand-off is off."""
+    if not config.handoff.remote:
+        return None
+    from acode.engine.handoff import handoff_status
+
+    return handoff_status(detail.row, workspace, config.handoff)
 
 
 def _no_sessions(workspace: Path) -> NothingToResumeError:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from acode.cli.console import count, err_console
-from acode.cli.sync_views import print_remote_sessions, print_sync_report
+from acode.cli.console import count, emit_json, err_console
+from acode.cli.handoff_views import print_refs_pushed, refs_pushed_json
+from acode.cli.sync_views import print_remote_sessions, print_sync_report, sync_report_json
 from acode.domain.states import SessionState, is_resumable
 from acode.engine.config import load_config
 from acode.engine.sync_link import log_sync_notice
@@ -18,6 +20,9 @@ from acode.errors import UsageError
 from acode.operations.inspection import read_store
 from acode.security.redaction import redact
 from acode.system.workspace import StatePaths
+
+if TYPE_CHECKING:
+    from acode.sync.service import SyncReport
 
 __all__ = ["configured_remote", "list_remote", "run_sync"]
 
@@ -38,26 +43,56 @@ def _require_remote(workspace: Path) -> str:
 
 
 def run_sync(workspace: Path, *, wait: bool, timeout: float, as_json: bool) -> int:
-    """Push every session's pending events; 0 when the remote has everything, 1 when
-    events still wait (the reason is printed)."""
-    from acode.sync.service import SyncReport, sync_workspace
-
+    """Push every session's pending events, and their hand-off refs; 0 when the remotes
+    have everything, 1 when something still waits (the reason is printed)."""
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout:g}: expected a number of seconds above 0")
-    remote = _require_remote(workspace)
+    config = load_config(workspace)
+    if config.sync.remote is None and config.handoff.remote is None:
+        raise UsageError(
+            f"no remote is configured for {workspace}",
+            hint="set sync.remote in .agent/config.yml or ACODE_SYNC_DSN to a PostgreSQL URL "
+            "(docs/sync.md), or handoff.remote to a git remote such as origin (docs/fleet.md)",
+        )
+    data: dict[str, Any] = {}
+    code = 0
+    if config.sync.remote is not None:
+        report, short = _sync_events(workspace, config.sync.remote, wait=wait, timeout=timeout)
+        if as_json:
+            data = sync_report_json(report, short)
+        else:
+            print_sync_report(report, short, as_json=False)
+        code = 0 if report.reason is None else 1
+    if config.handoff.remote is not None:
+        from acode.engine.handoff import push_waiting_refs
+
+        refs = push_waiting_refs(workspace, config.handoff, wait=wait, timeout=timeout)
+        if as_json:
+            data["handoff"] = refs_pushed_json(refs)
+        else:
+            print_refs_pushed(refs)
+        code = code or (0 if refs.reason is None else 1)
+    if as_json:
+        emit_json(data)
+    return code
+
+
+def _sync_events(
+    workspace: Path, remote: str, *, wait: bool, timeout: float
+) -> tuple[SyncReport, dict[str, str]]:
+    from acode.sync.service import SyncReport, sync_workspace
+
     paths = StatePaths(workspace)
     with read_store(workspace) as store:  # brings the schema up to date first
         short = {r.id: r.short_id for r in store.sessions()} if store is not None else {}
     if store is None:
         from acode.sync.dsn import describe_remote
 
-        report = SyncReport(describe_remote(remote))
-    else:
-        report = sync_workspace(
-            paths.db, remote, wait=wait, timeout=timeout, report=partial(log_sync_notice, paths)
-        )
-    print_sync_report(report, short, as_json)
-    return 0 if report.reason is None else 1
+        return SyncReport(describe_remote(remote)), short
+    report = sync_workspace(
+        paths.db, remote, wait=wait, timeout=timeout, report=partial(log_sync_notice, paths)
+    )
+    return report, short
 
 
 def list_remote(workspace: Path, *, resumable: bool, show_all: bool, as_json: bool) -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "print_sync_report",
     "status_sync_json",
     "status_sync_lines",
+    "sync_report_json",
     "sync_summary",
 ]
 
@@ -119,6 +120,10 @@ def _report_json(report: SyncReport, short: dict[str, str]) -> dict[str, Any]:
             for s in report.sessions
         ],
     }
+
+
+def sync_report_json(report: SyncReport, short: dict[str, str]) -> dict[str, Any]:
+    return _report_json(report, short)
 
 
 def print_sync_report(report: SyncReport, short: dict[str, str], as_json: bool) -> None:
@@ -248,6 +253,11 @@ def notice_text(notice: SyncNotice) -> str:
                 f"Sync: {notice.remote} is back{_away(notice.away_seconds)}; "
                 f"{count(notice.pushed, 'event')} pushed."
             )
+        case "lease_taken_over":
+            return (
+                f"Sync: took the lease over from {notice.holder}, a process of this machine "
+                "that is no longer running."
+            )
         case _:
             return (
                 f"Sync: the remote names another holder of this session ({notice.holder}); "
@@ -257,7 +267,7 @@ def notice_text(notice: SyncNotice) -> str:
 
 def notice_json(notice: SyncNotice) -> dict[str, Any]:
     record: dict[str, Any] = {"event": "sync", "status": notice.kind.value}
-    for key in ("reason", "pending", "pushed", "away_seconds", "holder"):
+    for key in ("reason", "pending", "pushed", "away_seconds", "holder", "epoch"):
         value = getattr(notice, key)
         if value:
             record[key] = redact(value) if isinstance(value, str) else value

@@ -18,6 +18,7 @@ from acode.cli.console import (
     plain_table,
     print_lines,
 )
+from acode.cli.handoff_views import handoff_json, handoff_lines
 from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summary
 from acode.security.redaction import redact, redact_json
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from acode.domain.reducer import SessionSummary, StepRecord
     from acode.domain.timing import WorkTime
     from acode.domain.usage import Usage
+    from acode.engine.handoff import HandoffStatus
     from acode.resume.environment import ChangedFile, EnvironmentReport, RollbackPreview
     from acode.resume.service import ResumePreview
     from acode.store.records import SessionRow
@@ -146,15 +148,17 @@ def print_status(
     sync: SyncStatus | None = None,
     usage: Usage | None = None,
     position: Position | None = None,
+    handoff: HandoffStatus | None = None,
 ) -> None:
     """``sync`` None: no remote is configured. ``position``: the step the session is at,
-    placed in its plan."""
+    placed in its plan. ``handoff`` None: hand-off is off."""
     if as_json:
         data = session_json(row, summary)
         data["position"] = position.to_dict() if position is not None else None
         data["lock"] = lock_holder
         data["sync"] = status_sync_json(sync)
         data["usage"] = usage.to_dict() if usage is not None else None
+        data["handoff"] = handoff_json(handoff)
         emit_json(data)
         return
     console = out_console()
@@ -183,6 +187,7 @@ def print_status(
     lines.append(f"Updated: {ago(row.updated_at, _now_us())} ({iso(row.updated_at)})")
     lines.append(f"Lock:    {lock_holder or 'free'}")
     lines += status_sync_lines(sync, running=lock_holder is not None)
+    lines += handoff_lines(handoff, running=lock_holder is not None)
     for line in lines:
         console.print(line, markup=False)
 
@@ -237,6 +242,8 @@ def _event_detail(event: Event) -> str:
             return redact(str(p.get("error", "")))[:80]  # masked, then cut
         case "checkpoint_marked":
             return f"{p.get('label')!r} by {p.get('by')}"
+        case "worktree_recorded":
+            return f"work tree at {str(p.get('commit'))[:12]}"
         case _:
             return ""
 

@@ -25,16 +25,19 @@ __all__ = [
     "AcodeConfig",
     "AgentSettings",
     "EngineConfig",
+    "HandoffSettings",
     "LogSettings",
     "ModelSettings",
     "Price",
     "ResumeSettings",
+    "RetentionSettings",
     "RunSettings",
     "StoreSettings",
     "SyncSettings",
     "config_dict_hash",
     "config_hash",
     "config_to_dict",
+    "mask_credentials",
     "override",
     "parse_config",
     "with_overrides",
@@ -129,11 +132,43 @@ class StoreSettings:
 
 
 @dataclass(frozen=True)
+class HandoffSettings:
+    """Where a session's work tree travels by git (``handoff:``): the git remote of the
+    workspace that ``refs/acode/sessions/<id>`` is pushed to; None: recorded nowhere."""
+
+    remote: str | None = None
+    push: bool = True  # false: the ref is recorded, pushed only by `acode sync`
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """The size of `.agent/state/logs/acode.jsonl` and how many old files stay (``log:``)."""
 
     max_bytes: int = 10 * 1024 * 1024
     keep: int = 5  # acode.jsonl.1 ... acode.jsonl.5; the oldest goes at the next rotation
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    """How long ended sessions stay, and how large the state may grow (``retention:``);
+    None: no limit. What `acode session prune` removes when given no flags."""
+
+    completed_days: int | None = None
+    failed_days: int | None = None
+    cancelled_days: int | None = None  # discarded sessions too: a person gave them up
+    max_state_bytes: int | None = None
+
+    @property
+    def configured(self) -> bool:
+        return any(
+            v is not None
+            for v in (
+                self.completed_days,
+                self.failed_days,
+                self.cancelled_days,
+                self.max_state_bytes,
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -147,6 +182,8 @@ class AcodeConfig:
     store: StoreSettings = field(default_factory=StoreSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    handoff: HandoffSettings = field(default_factory=HandoffSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
     # model name -> price; a model without an entry has no cost shown
     pricing: Mapping[str, Price] = field(default_factory=dict)
     # engine name -> how to run it; the defaults find each CLI on PATH
@@ -161,11 +198,13 @@ _INVALID: Final = object()
 
 
 class _Rule(NamedTuple):
-    """What one key accepts. ``echo`` is False where a wrong value may be a secret."""
+    """What one key accepts. ``echo`` is False where a wrong value may be a secret;
+    ``mask`` shows a wrong value with what may be a secret in it masked."""
 
     expected: str
     parse: Callable[[object], object]  # the normalized value, or _INVALID
     echo: bool = True
+    mask: Callable[[str], str] | None = None
 
 
 def _as_int(value: object) -> int | None:
@@ -212,6 +251,14 @@ def _count() -> _Rule:
         return number if number is not None and number >= 0 else _INVALID
 
     return _Rule(expected="a whole number, 0 or more", parse=parse)
+
+
+def _optional_positive_int() -> _Rule:
+    def parse(value: object) -> object:
+        number = _as_int(value)
+        return value if value is None or (number is not None and number > 0) else _INVALID
+
+    return _Rule(expected="a positive whole number, or null for no limit", parse=parse)
 
 
 def _optional_int() -> _Rule:
@@ -297,6 +344,34 @@ def _env_var_name() -> _Rule:
     )
 
 
+# A git remote's name as `git remote add` takes it, and nothing git could read as an
+# option (`--upload-pack=...`), a URL or a path: the URL, with whatever credentials it
+# holds, stays in git's own configuration and never in acode's.
+_GIT_REMOTE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with the user and password of every URL in it masked."""
+    return _CREDENTIALS.sub("***@", text)
+
+
+def _git_remote() -> _Rule:
+    def parse(value: object) -> object:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not _GIT_REMOTE.fullmatch(value) or ".." in value:
+            return _INVALID
+        return _INVALID if value.endswith((".", ".lock")) else value
+
+    return _Rule(
+        expected="the name of a git remote of the workspace (such as origin), or null; "
+        "for a URL, add it first: git remote add NAME URL",
+        parse=parse,
+        mask=mask_credentials,
+    )
+
+
 def _boolean() -> _Rule:
     return _Rule(expected="true or false", parse=lambda v: v if isinstance(v, bool) else _INVALID)
 
@@ -349,6 +424,16 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
     "sync": (SyncSettings, {"remote": _optional_text()}),
     "store": (StoreSettings, {"url": _store_url()}),
     "log": (LogSettings, {"max_bytes": _positive_int(), "keep": _positive_int()}),
+    "handoff": (HandoffSettings, {"remote": _git_remote(), "push": _boolean()}),
+    "retention": (
+        RetentionSettings,
+        {
+            "completed_days": _optional_positive_int(),
+            "failed_days": _optional_positive_int(),
+            "cancelled_days": _optional_positive_int(),
+            "max_state_bytes": _optional_positive_int(),
+        },
+    ),
 }
 _TOP_LEVEL_SCALARS: dict[str, _Rule] = {
     "durability": _one_of("full", "normal"),
@@ -383,6 +468,8 @@ def _check(rule: _Rule, value: object, where: str, problems: list[str]) -> objec
     parsed = rule.parse(value)
     if parsed is not _INVALID:
         return parsed
+    if rule.mask is not None and isinstance(value, str):
+        value = rule.mask(value)
     got = f", got {_show(value)}" if rule.echo else " (value not shown: it may be a secret)"
     problems.append(f"{where}: expected {rule.expected}{got}")
     return None

@@ -31,6 +31,7 @@ class EventType(StrEnum):
     APPROVAL_DECIDED = "approval_decided"
     SESSION_DISCARDED = "session_discarded"
     CHECKPOINT_MARKED = "checkpoint_marked"
+    WORKTREE_RECORDED = "worktree_recorded"
 
 
 # One encoder for every call: json.dumps with options builds a new one each time. NaN

@@ -267,7 +267,8 @@ def fold(summary: SessionSummary | None, event: Event) -> SessionSummary:
             return evolve(s, seq=event.seq, pending_approval=None)
         case EventType.SESSION_DISCARDED:
             return evolve(s, seq=event.seq, discarded=True)
-        case EventType.CHECKPOINT_MARKED:  # a name for a point of the history, no more
+        # A name for a point of the history; the commit that holds the work tree there.
+        case EventType.CHECKPOINT_MARKED | EventType.WORKTREE_RECORDED:
             return evolve(s, seq=event.seq)
         case EventType.SESSION_CREATED:
             raise _corrupt(event, "creates a session that already exists")

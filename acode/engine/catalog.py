@@ -55,6 +55,11 @@ def find_session(store: EventStore, id_or_prefix: str) -> SessionRow:
         )
     matches = store.sessions_with_prefix(prefix)
     if not matches:
+        pruned = store.pruned_with_prefix(prefix)
+        if len(pruned) == 1:
+            from acode.engine.pruned import pruned_error
+
+            raise pruned_error(pruned[0])
         raise SessionNotFoundError(
             f"no session with id {id_or_prefix!r} in {store.location}",
             hint="`acode session list` shows the sessions of this workspace",

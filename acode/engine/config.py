@@ -99,9 +99,20 @@ store:
                                         # file .agent/state/acode.db
                                         # (env ACODE_STORE_URL overrides)
 
+handoff:                                # the work tree travels by git (docs/fleet.md)
+  remote: null                          # a git remote of the workspace, e.g. origin; null = off
+  push: true                            # false: pushed only by `acode sync`
+
 log:                                    # the JSON log, .agent/state/logs/acode.jsonl
   max_bytes: 10485760                   # a file's size before it rotates
   keep: 5                               # rotated files kept (acode.jsonl.1 ...)
+
+retention:                              # what `acode session prune` removes with no flags
+  completed_days: null                  # completed sessions older than this many days
+  failed_days: null                     # failed ones
+  cancelled_days: null                  # cancelled and discarded ones
+  max_state_bytes: null                 # prune the oldest until the state fits (bytes)
+                                        # null everywhere: nothing is pruned (the default)
 
 durability: full                        # full: fsync every commit | normal: faster, may lose
                                         # the last steps on power loss (never on a crash)

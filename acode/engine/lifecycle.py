@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from acode.domain.config import (
     AcodeConfig,
+    HandoffSettings,
     LogSettings,
+    RetentionSettings,
     StoreSettings,
     SyncSettings,
     config_hash,
@@ -36,6 +38,7 @@ from acode.system.workspace import StatePaths, ensure_state_ignored
 # that only read sessions, and the dry run of resume, open the workspace alone.
 if TYPE_CHECKING:
     from acode.domain.plan import Plan
+    from acode.engine.handoff import Handoff
     from acode.engine.interrupts import Interrupts
     from acode.engine.observer import Approver, Observer
     from acode.engine.session import Session
@@ -45,6 +48,7 @@ __all__ = [
     "Workspace",
     "existing_workspace",
     "now_iso",
+    "open_handoff",
     "open_session",
     "open_workspace",
     "open_workspace_store",
@@ -115,8 +119,16 @@ def _refuse_mirror_of_postgres(config: AcodeConfig) -> None:
 def session_config(config: AcodeConfig) -> AcodeConfig:
     """The configuration as a session records it and resume compares it: where the
     workspace stores and mirrors its sessions is not part of what a session does (and
-    their URLs may hold a password), so it is left out, as is the size of the log."""
-    return replace(config, sync=SyncSettings(), store=StoreSettings(), log=LogSettings())
+    their URLs may hold a password), so it is left out, as are the size of the log, where
+    its work tree is pushed and how long ended sessions stay."""
+    return replace(
+        config,
+        sync=SyncSettings(),
+        store=StoreSettings(),
+        log=LogSettings(),
+        handoff=HandoffSettings(),
+        retention=RetentionSettings(),
+    )
 
 
 def now_iso(clock: Clock) -> str:
@@ -234,7 +246,17 @@ def start_session(
         approver=approver,
         interrupts=interrupts,
         sync=open_sync_link(ws.paths, ws.config.sync.remote, session_id),
+        handoff=open_handoff(ws, session_id),
     )
+
+
+def open_handoff(ws: Workspace, session_id: str) -> Handoff | None:
+    """The session's hand-off; None, with nothing of it imported, when it is off."""
+    if not ws.config.handoff.remote:
+        return None
+    from acode.engine.handoff import Handoff
+
+    return Handoff(ws.root, ws.config.handoff, session_id)
 
 
 def _tidy_staging(paths: StatePaths, store: EventStore) -> None:

@@ -35,6 +35,7 @@ from acode.system.workspace import StatePaths
 
 if TYPE_CHECKING:
     from acode.domain.marks import Mark
+    from acode.engine.handoff import Handoff
     from acode.engine.sync_link import SyncLink
     from acode.system.process import CommandResult
 
@@ -58,8 +59,11 @@ class Session:
         strategy: InProgressStrategy | None = None,
         strategy_prompt: StrategyPrompt | None = None,
         sync: SyncLink | None = None,
+        handoff: Handoff | None = None,
         fresh_after_ns: int | None = None,
     ) -> None:
+        """``handoff``: records and pushes the work tree (acode.engine.handoff); it is
+        started here, after a resume wrote its ``session_resumed`` event."""
         self._journal = journal
         self.workspace = workspace
         self.config = config
@@ -85,6 +89,11 @@ class Session:
         self._sync = sync
         if sync is not None:
             sync.start(journal, observer)
+        self._handoff = handoff
+        if handoff is not None:
+            summary = journal.summary
+            handoff.start(journal, resumed=summary is not None and summary.resumes > 0)
+            self._steps.handoff = handoff
 
     # -- what a caller may set: read by every step ---------------------------------------
 
@@ -318,6 +327,11 @@ class Session:
         failures = self._steps.failures
         if failures.unsettled is not None and is_terminal(target):
             failures.settle()  # the session ends without it: its outcome is known now
+        if self._handoff is not None:
+            # The work tree as the session leaves it: a step that was not recorded
+            # (a python step's files, a record that failed) travels too.
+            summary = self._journal.summary
+            self._handoff.record(self._journal, summary.current_step if summary else None, 0)
         self._states.record(target, reason, self._steps.as_left)
 
     def checkpoint(self, label: str) -> Mark:
@@ -360,6 +374,8 @@ class Session:
                 self._progress.flush()
                 if self._sync is not None:
                     self._sync.close()  # the last push and the lease, within a grace period
+                if self._handoff is not None:
+                    self._handoff.close()  # the last push of the ref, within a grace period
             finally:
                 self._lock.release()
                 self._journal.store.close()

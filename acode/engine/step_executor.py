@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from acode.domain.config import AcodeConfig
 from acode.domain.events import EventType
@@ -52,6 +52,9 @@ from acode.engine.steps.python_step import (
 from acode.errors import PauseRequested, StepFailedError
 from acode.system.log import log_event
 from acode.system.workspace import StatePaths
+
+if TYPE_CHECKING:
+    from acode.engine.handoff import Handoff
 
 __all__ = ["StepExecutor", "StrategyPrompt"]
 
@@ -102,6 +105,8 @@ class StepExecutor:
         self._transcript: list[dict[str, Any]] | None = None
         # The run step whose ghost snapshot this process took (``as_left``).
         self._ghosted: StepContext | None = None
+        # Records the work tree after the steps that may change it (None: hand-off off).
+        self.handoff: Handoff | None = None
 
     # -- python steps ------------------------------------------------------------------
 
@@ -233,6 +238,8 @@ class StepExecutor:
                 self._finish(env, input_hash, outcome, has_row=True, recovered=True)
             except BaseException as exc:
                 self.failures.record(exc, env.ctx, input_hash, notice, recovery.files)
+            if self.handoff is not None:
+                self.handoff.after_step(self._journal, env.ctx)
             return recovery
         if recovery.action is RecoveryAction.ROLLBACK_AND_RETRY:
             base = step_payload(env.ctx, input_hash)
@@ -296,6 +303,8 @@ class StepExecutor:
             self._finish(env, input_hash, outcome, has_row=has_row)
         except BaseException as exc:
             self.failures.record(exc, env.ctx, input_hash, notice, outcome.files)
+        if self.handoff is not None:
+            self.handoff.after_step(self._journal, env.ctx)
         self._progress.update(self._journal)
         if outcome.told is None:
             notice(StepPhase.DONE, None, timed=True)

@@ -2,14 +2,16 @@
 
 With no remote, nothing of ``acode.sync`` (nor the PostgreSQL driver) is imported.
 With one, a resume first asks the remote for the session's lease (after pushing what
-waits for it) and is refused when another process holds it; a remote that cannot be
-asked never stops a local run. The session's sync worker then runs beside it, and what
+waits for it) and is refused when another live process holds it; a holder of this
+machine that has ended (killed, say) is taken over at once. A remote that cannot be asked
+never stops a local run. The session's sync worker then runs beside it, and what
 it reports goes to the structured log and, for a person watching, to the observer's
 optional ``on_sync(notice)``.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from acode.store.base import EventStore
     from acode.store.records import SessionRow
     from acode.sync.notices import SyncNotice
+    from acode.sync.remote import Lease, LeaseHolder
     from acode.sync.status import SyncStatus
     from acode.sync.worker import SyncWorker
 
@@ -56,18 +59,45 @@ def log_sync_notice(paths: StatePaths, notice: SyncNotice) -> None:
         "pushed": notice.pushed,
         "away_seconds": None if notice.away_seconds is None else round(notice.away_seconds, 3),
         "holder": notice.holder,
+        "epoch": notice.epoch,
     }
     log_event(paths, f"sync_{notice.kind.value}", **{k: v for k, v in fields.items() if v})
 
 
+def _this_process() -> Lease:
+    """This process as a lease holder, with what tells it from any other process."""
+    from acode.sync.remote import Lease
+    from acode.system.process_table import process_table_id, start_mark
+
+    return Lease.for_this_process(process_table_id(), start_mark(os.getpid()), start_mark)
+
+
+def _held_elsewhere(lease: Lease, holder: LeaseHolder, short_id: str) -> SessionLockedError:
+    """The refusal of a resume whose session's lease another process holds: one of this
+    machine that runs (stop it, or wait), or one of another machine, or one this process
+    cannot tell runs (wait, maybe for the lapse)."""
+    expires = holder.expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+    named = f"the remote names {holder.describe()} as its holder (lease until {expires})"
+    if lease.runs_here(holder):
+        return SessionLockedError(
+            f"session {short_id} is running in another process of this machine: {named}",
+            hint=f"wait for that run to end, or stop it (kill {holder.pid}); then run "
+            f"`acode resume {short_id}` again",
+        )
+    where = "on another machine" if lease.here(holder) is False else "elsewhere"
+    return SessionLockedError(
+        f"session {short_id} is running {where}: {named}",
+        hint="wait for that run to end; if it was killed, its lease lapses 30 s after "
+        "its last renewal and `acode resume` then works",
+    )
+
+
 class SyncLink:
     def __init__(self, paths: StatePaths, dsn: str, session_id: str) -> None:
-        from acode.sync.remote import Lease
-
         self._paths = paths
         self._dsn = dsn
         self._session_id = session_id
-        self._lease = Lease.for_this_process()
+        self._lease = _this_process()
         self._failures = 0
         self._observer: Observer | None = None
         self._held: list[SyncNotice] = []  # reported before there was an observer
@@ -82,12 +112,16 @@ class SyncLink:
 
         claim = claim_session(database, self._dsn, self._session_id, self._lease)
         if claim.holder is not None:
-            expires = claim.holder.expires.strftime("%Y-%m-%dT%H:%M:%SZ")
-            raise SessionLockedError(
-                f"session {short_id} is running elsewhere: the remote names "
-                f"{claim.holder.describe()} as its holder (lease until {expires})",
-                hint="wait for that run to end; if it was killed, its lease lapses 30 s after "
-                "its last renewal and `acode resume` then works",
+            raise _held_elsewhere(self._lease, claim.holder, short_id)
+        if claim.replaced is not None:
+            self._notify(
+                SyncNotice(
+                    kind=NoticeKind.LEASE_TAKEN_OVER,
+                    session_id=self._session_id,
+                    remote=claim.remote,
+                    holder=claim.replaced.describe(),
+                    epoch=claim.epoch,
+                )
             )
         if claim.reason is not None:
             self._failures = 1

@@ -18,13 +18,20 @@ from typing import Any, NamedTuple
 
 from acode.domain.events import EventType
 from acode.domain.reducer import StepRecord, StepStatus
+from acode.domain.states import SessionState
 from acode.engine.approval_view import GatedView, approval_subject, view_of
 from acode.engine.approvals import decision_payload, subject_hash
 from acode.engine.catalog import find_session, recorded_plan
 from acode.engine.journal import Journal
 from acode.engine.lifecycle import existing_workspace, open_workspace_store, take_lock
-from acode.errors import ApprovalChangedError, UsageError
+from acode.errors import (
+    AmbiguousSessionError,
+    ApprovalChangedError,
+    SessionNotFoundError,
+    UsageError,
+)
 from acode.security.signing import Signer, load_signer
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
 from acode.system.clock import SystemClock
 
@@ -53,15 +60,16 @@ class Decision:
 
 
 def pending_approval(
-    id_or_prefix: str, workspace: Path | str = ".", *, step: str | None = None
+    id_or_prefix: str | None, workspace: Path | str = ".", *, step: str | None = None
 ) -> PendingApproval:
-    """The approval the session waits on (or the one at ``step``); records nothing."""
+    """The approval the session waits on (or the one at ``step``); records nothing.
+    Without an id: the one session of the workspace that waits for an approval."""
     with _waiting(id_or_prefix, workspace, step) as waiting:
         return waiting.pending
 
 
 def decide_approval(
-    id_or_prefix: str,
+    id_or_prefix: str | None,
     workspace: Path | str = ".",
     *,
     step: str | None = None,
@@ -116,14 +124,16 @@ class _Waiting(NamedTuple):
 
 
 @contextmanager
-def _waiting(id_or_prefix: str, workspace: Path | str, step: str | None) -> Iterator[_Waiting]:
+def _waiting(
+    id_or_prefix: str | None, workspace: Path | str, step: str | None
+) -> Iterator[_Waiting]:
     """The session, locked, and the approval it waits on."""
     clock = SystemClock()
     ws = existing_workspace(workspace)
     signer = load_signer()
     store = open_workspace_store(ws)
     try:
-        row = find_session(store, id_or_prefix)
+        row = _only_waiting(store) if id_or_prefix is None else find_session(store, id_or_prefix)
         with take_lock(ws, row.id, clock, label=row.short_id):
             row = store.session(row.id)
             journal = Journal.load(store, row, clock, signer)
@@ -143,6 +153,27 @@ def _waiting(id_or_prefix: str, workspace: Path | str, step: str | None) -> Iter
             yield _Waiting(row=row, journal=journal, signer=signer, target=target, pending=pending)
     finally:
         store.close()
+
+
+def _only_waiting(store: EventStore) -> SessionRow:
+    """The session an ``acode approve`` without an id means: the only one waiting."""
+    waiting = [
+        row
+        for row in store.sessions()
+        if row.state == SessionState.AWAITING_APPROVAL and not row.archived
+    ]
+    if len(waiting) == 1:
+        return waiting[0]
+    if not waiting:
+        raise SessionNotFoundError(
+            f"no session in {store.location} waits for an approval",
+            hint="`acode session list` shows the sessions; name one: acode approve ID",
+        )
+    shown = ", ".join(row.short_id for row in waiting[:10])
+    raise AmbiguousSessionError(
+        f"{len(waiting)} sessions wait for an approval: {shown}",
+        hint=f"name the one to decide: acode approve {waiting[0].short_id}",
+    )
 
 
 def _target(journal: Journal, step: str | None) -> StepRecord:

@@ -66,7 +66,8 @@ def diagnose(workspace: Path, model_probe: ModelProbe) -> list[Check]:
     else:
         checks += [model_check(loaded, model_probe), *remote_checks(loaded, backlog)]
         checks += engine_checks(loaded)
-    checks.append(size_check(paths.state_dir))
+    limit = loaded.retention.max_state_bytes if loaded is not None else None
+    checks.append(size_check(paths.state_dir, limit))
     return checks
 
 
@@ -359,11 +360,32 @@ def _engine_check(name: str, config: AcodeConfig) -> Check:
     return Check(f"engine {name}", Status.OK, f"{version} ({found})")
 
 
-def size_check(state_dir: Path) -> Check:
+def size_check(state_dir: Path, limit: int | None = None) -> Check:
+    """The state directory's size, and the part retention weighs (the database and the
+    progress files) against ``retention.max_state_bytes``."""
+    from acode.system.workspace import StatePaths
+
     if not state_dir.is_dir():
         return Check("state size", Status.SKIP, "no state yet")
     total = sum(_sizes(state_dir))
-    return Check("state size", Status.OK, f"{total:,} bytes in {state_dir}")
+    detail = f"{total:,} bytes in {state_dir}"
+    if limit is None:
+        return Check("state size", Status.OK, f"{detail}; no retention.max_state_bytes")
+    weighed = StatePaths(state_dir.parent.parent).state_bytes()
+    if weighed > limit:
+        return Check(
+            "state size",
+            Status.FAIL,
+            f"{detail}; the database and progress files hold {weighed:,}, over "
+            f"retention.max_state_bytes ({limit:,})",
+            f"acode session prune --dry-run -w {shlex.quote(str(state_dir.parent.parent))}",
+        )
+    return Check(
+        "state size",
+        Status.OK,
+        f"{detail}; the database and progress files hold {weighed:,}, within "
+        f"retention.max_state_bytes ({limit:,})",
+    )
 
 
 def _sizes(top: Path) -> Iterator[int]:

@@ -37,6 +37,7 @@ from acode.engine.journal import Journal, verify_history
 from acode.engine.lifecycle import (
     Workspace,
     existing_workspace,
+    open_handoff,
     open_workspace_store,
     session_config,
     take_lock,
@@ -51,6 +52,7 @@ from acode.errors import (
     ErrorCode,
     NothingToResumeError,
     SessionNotFoundError,
+    SessionPrunedError,
     TerminalStateError,
     UsageError,
 )
@@ -177,7 +179,9 @@ def select_for_resume(store: EventStore, id_or_prefix: str | None) -> SessionRow
     try:
         return find_session(store, id_or_prefix)
     except SessionNotFoundError as exc:
-        raise NothingToResumeError(exc.message, hint=exc.hint) from exc
+        # Exit 14, nothing to resume; a pruned session keeps its own code.
+        code = exc.code if isinstance(exc, SessionPrunedError) else None
+        raise NothingToResumeError(exc.message, hint=exc.hint, code=code) from exc
 
 
 def _refuse(journal: Journal) -> None:
@@ -856,6 +860,7 @@ def _resume(
         strategy=strategy,
         strategy_prompt=strategy_prompt,
         sync=sync,
+        handoff=open_handoff(ws, row.id),
         fresh_after_ns=fresh_after,
     )
 

@@ -12,7 +12,7 @@ for SQLite, ``store/postgres/`` for PostgreSQL, and runs
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -21,6 +21,7 @@ from acode.errors import StoreUrlError
 if TYPE_CHECKING:
     from acode.domain.events import Event, EventType
     from acode.domain.reducer import StepRecord
+    from acode.store.archive_records import ArchivedEvent, ArchivedFile, SessionImport
     from acode.store.postgres.health import StoreHealth
     from acode.store.records import (
         Backlog,
@@ -30,10 +31,13 @@ if TYPE_CHECKING:
         FileRow,
         FileTouch,
         MessageRow,
+        PruneCost,
+        PrunedRow,
         SessionRow,
         SyncStateRow,
     )
     from acode.store.sqlite.health import DatabaseHealth
+    from acode.store.sqlite.pruning import Reclaimed
 
 __all__ = [
     "SCOPE_PARAMETER",
@@ -41,6 +45,7 @@ __all__ = [
     "EventStore",
     "database_health",
     "open_store",
+    "schema_version",
     "store_health",
     "workspace_url",
 ]
@@ -227,6 +232,60 @@ class EventStore(Protocol):
 
     def record_failure(self, sid: int, reason: str, now_us: int, next_retry_us: int) -> None: ...
 
+    # -- a whole session as stored, for archives (acode/operations/archive.py) --------
+
+    def stored_session(self, session_id: str) -> SessionRow | None:
+        """The session's row exactly as stored (its own ``updated_at``, no checkpoint's,
+        no current task or step, no short id); None when there is none."""
+
+    def stored_events(self, sid: int, after_seq: int, limit: int) -> list[ArchivedEvent]:
+        """Up to ``limit`` events after ``after_seq``, in order, as stored: with the
+        checkpoint each carries (its summary where it was written out, its signature)."""
+
+    def stored_files(self, sid: int) -> list[ArchivedFile]:
+        """The session's ``files`` rows with the event that recorded each, by path."""
+
+    def stored_old_checkpoints(self, sid: int) -> list[tuple[int, CheckpointRow]]:
+        """The checkpoints an acode before schema 4 kept in their own table, with their
+        slots, by slot."""
+
+    def held_blobs(self, shas: Sequence[str]) -> list[str]:
+        """Those of the file images ``shas`` the store holds, sorted."""
+
+    def import_session(self, imported: SessionImport) -> SessionRow:
+        """A whole session, exactly as an archive holds it, in one transaction: under a
+        new ``sid`` of the store's own, every other value as given. Blobs held already
+        are shared. A session id the store holds already is refused (``StorageError``),
+        as is anything the store cannot take: nothing is kept then. The caller has
+        verified the session (acode/operations/archive_import.py): the store does not."""
+
+    # -- pruning whole sessions (acode.operations.prune) ----------------------------
+
+    def prune_cost(self, sessions: Sequence[SessionRow]) -> PruneCost:
+        """What pruning ``sessions`` would remove: events, bytes, unshared file images."""
+
+    def prune(
+        self,
+        sessions: Sequence[SessionRow],
+        *,
+        now_us: int,
+        key_id: str,
+        sign: Callable[[bytes], bytes],
+        files_left: int,
+    ) -> list[PrunedRow]:
+        """Remove ``sessions`` whole and record each (signed), in one transaction."""
+
+    def pruned_with_prefix(self, prefix: str) -> list[PrunedRow]:
+        """The records of pruned sessions whose id starts with ``prefix``."""
+
+    def pending_file_removals(self) -> list[PrunedRow]:
+        """Pruned sessions whose files outside the store are still to remove."""
+
+    def files_removed(self, session_id: str) -> None: ...
+
+    def reclaim_space(self) -> Reclaimed:
+        """Give the space pruned rows held back to the file system."""
+
 
 # The query parameter of a shared store's URL that narrows it to one workspace's sessions
 # (acode's own: the PostgreSQL store takes it out before the URL reaches libpq).
@@ -312,3 +371,11 @@ def store_health(url: str) -> StoreHealth:
     from acode.store.postgres.health import store_health as postgres_health
 
     return postgres_health(url)
+
+
+def schema_version() -> int:
+    """The schema version this acode's store is at (the SQLite migrations it runs): what
+    an archive's header names (acode/operations/archive.py)."""
+    from acode.store.sqlite.migrations import available_migrations
+
+    return available_migrations()[-1].number

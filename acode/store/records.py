@@ -20,6 +20,8 @@ __all__ = [
     "FileFields",
     "FileRow",
     "MessageRow",
+    "PruneCost",
+    "PrunedRow",
     "SessionRow",
     "SyncStateRow",
 ]
@@ -153,3 +155,30 @@ class Backlog(NamedTuple):
         be known without asking it)."""
         held = self.synced_seq if remote_id in (None, self.remote_id) else 0
         return max(0, self.last_seq - held)
+
+
+class PrunedRow(NamedTuple):
+    """The record a prune keeps of a session it removed (schema 8): ``signature`` is the
+    user's key's tag over the other fields but ``files_left`` (see
+    acode.domain.retention.prune_record_message)."""
+
+    id: str
+    state: str
+    pruned_at: int
+    last_seq: int
+    last_hash: bytes
+    key_id: str
+    signature: bytes
+    files_left: int = 0  # 1: its files wait to be removed, 2: its rollback backups too
+
+
+class PruneCost(NamedTuple):
+    """What pruning a set of sessions removes: each one's events and bytes (its rows), and
+    the stored file images no other session refers to; ``own_images``: the bytes of the
+    images each one alone refers to (what pruning it by itself frees besides its rows)."""
+
+    events: dict[str, int]
+    bytes: dict[str, int]
+    blobs: int
+    blob_bytes: int
+    own_images: dict[str, int]

@@ -1,5 +1,6 @@
 """What sync tells the rest of acode: entering degraded mode, reconnecting, a lease
-held elsewhere; and the bookkeeping of each attempt's outcome."""
+held elsewhere or taken over from a holder that ended; and the bookkeeping of each
+attempt's outcome."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class NoticeKind(StrEnum):
     DEGRADED = "degraded"  # a failure while events wait: the session goes on locally
     RECONNECTED = "reconnected"  # failing -> succeeding
     LEASE_CONFLICT = "lease_conflict"  # another process holds the session's lease
+    LEASE_TAKEN_OVER = "lease_taken_over"  # from a holder of this machine that had ended
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class SyncNotice:
     pending: int = 0  # events waiting
     pushed: int = 0  # events pushed by the attempt that reconnected
     away_seconds: float | None = None  # how long the remote was unreachable
-    holder: str | None = None  # who holds the lease
+    holder: str | None = None  # who holds the lease (taken over: who held it)
+    epoch: int = 0  # the lease's epoch once taken over
 
 
 Report = Callable[[SyncNotice], None]

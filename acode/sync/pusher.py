@@ -10,12 +10,12 @@ ignores it. So the remote ends with every event exactly once, whatever the kills
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from acode.domain.events import Event
 from acode.store.base import EventStore
 from acode.store.records import CheckpointRow, SessionRow
-from acode.sync.remote import Lease, LeaseHolder, Remote
+from acode.sync.remote import Lease, LeaseHolder, LeaseOutcome, Remote
 
 __all__ = ["BATCH_SIZE", "Batch", "PushResult", "next_batch", "push_session"]
 
@@ -36,7 +36,12 @@ class Batch:
 @dataclass(frozen=True)
 class PushResult:
     pushed: int  # events sent in committed transactions (the remote may have had some)
-    holder: LeaseHolder | None = None  # who else holds the lease that was asked for
+    lease: LeaseOutcome = field(default_factory=LeaseOutcome)  # what asking for the lease came to
+
+    @property
+    def holder(self) -> LeaseHolder | None:
+        """Who else holds the lease that was asked for."""
+        return self.lease.holder
 
 
 def next_batch(
@@ -75,7 +80,7 @@ def push_session(
         final = batch is None or len(batch.events) < batch_size
         if batch is None and pushed and lease is None and release is None:
             return PushResult(pushed)  # the last full batch was the end
-        holder = remote.send(
+        outcome = remote.send(
             session,
             batch.events if batch else [],
             batch.checkpoints if batch else [],
@@ -89,4 +94,4 @@ def push_session(
             pushed += len(batch.events)
         store.mark_synced(session.sid, remote.remote_id, seq, now_us())
         if final:
-            return PushResult(pushed=pushed, holder=holder)
+            return PushResult(pushed=pushed, lease=outcome)

@@ -12,9 +12,9 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ __all__ = [
     "STATEMENT_TIMEOUT_S",
     "Lease",
     "LeaseHolder",
+    "LeaseOutcome",
     "Remote",
     "RemoteSession",
     "connect_remote",
@@ -60,21 +61,27 @@ INSERT_CHECKPOINT = (
     "INSERT INTO acode.checkpoints (session_id, id, seq, summary, head, signature, created_at)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (session_id, id) DO NOTHING"
 )
+# Free, ours, lapsed, or (``gone``, ``gone_epoch``: the exact holder read) held by a
+# process of this machine that has ended. A condition on the values read, so that of two
+# processes that both saw the holder gone, one takes the lease and the other matches nothing.
 TAKE_LEASE = (
     "UPDATE acode.sessions SET lease_holder = %(token)s, lease_host = %(host)s,"
-    " lease_pid = %(pid)s,"
+    " lease_pid = %(pid)s, lease_machine = %(machine)s, lease_started = %(started)s,"
+    " lease_epoch = CASE WHEN lease_holder = %(token)s THEN lease_epoch ELSE lease_epoch + 1 END,"
     " lease_since = CASE WHEN lease_holder = %(token)s THEN lease_since ELSE now() END,"
     " lease_expires = now() + make_interval(secs => %(seconds)s)"
     " WHERE id = %(id)s AND (lease_holder IS NULL OR lease_holder = %(token)s"
-    " OR lease_expires < now())"
+    " OR lease_expires < now() OR (lease_holder = %(gone)s AND lease_epoch = %(gone_epoch)s))"
+    " RETURNING lease_epoch"
 )
 SELECT_LEASE = (
-    "SELECT lease_host, lease_pid, lease_since, lease_expires FROM acode.sessions"
-    " WHERE id = %s AND lease_expires >= now()"
+    "SELECT lease_holder, lease_host, lease_pid, lease_since, lease_expires, lease_machine,"
+    " lease_started, lease_epoch FROM acode.sessions WHERE id = %s AND lease_expires >= now()"
 )
 RELEASE_LEASE = (
     "UPDATE acode.sessions SET lease_holder = NULL, lease_host = NULL, lease_pid = NULL,"
-    " lease_since = NULL, lease_expires = NULL WHERE id = %s AND lease_holder = %s"
+    " lease_machine = NULL, lease_started = NULL, lease_since = NULL, lease_expires = NULL"
+    " WHERE id = %s AND lease_holder = %s"  # the epoch stays: the next holder's is one more
 )
 SELECT_NEWEST_SEQ = "SELECT coalesce(max(seq), 0) FROM acode.events WHERE session_id = %s"
 SELECT_SESSIONS = (
@@ -87,15 +94,47 @@ SELECT_SESSIONS = (
 
 @dataclass(frozen=True)
 class Lease:
-    """Who this process is, as a lease holder on the remote."""
+    """Who this process is, as a lease holder on the remote.
+
+    ``machine`` and ``started`` are what the process table says of this process
+    (``acode.system.process_table``, which this layer does not import: the caller gives
+    them, and ``start_of``, which tells when the process of a pid here started). With
+    them, a holder of this machine that has ended is told from one that runs."""
 
     token: str
     host: str
     pid: int
+    machine: str | None = None
+    started: int | None = None
+    start_of: Callable[[int], int | None] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def for_this_process(cls) -> Lease:
-        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid())
+    def for_this_process(
+        cls,
+        machine: str | None = None,
+        started: int | None = None,
+        start_of: Callable[[int], int | None] | None = None,
+    ) -> Lease:
+        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid(), machine, started, start_of)
+
+    def here(self, holder: LeaseHolder) -> bool | None:
+        """Whether ``holder`` is a process of this machine; None when either did not say."""
+        if self.machine is None or holder.machine is None:
+            return None
+        return holder.machine == self.machine
+
+    def runs_here(self, holder: LeaseHolder) -> bool | None:
+        """Whether ``holder`` is a process of this machine that runs (False: one that no
+        longer does: its pid is free, or was given to another process since, which
+        started at another time); None when it is not known to be of this machine or
+        this process cannot tell."""
+        if self.here(holder) is not True or holder.started is None or self.start_of is None:
+            return None
+        return self.start_of(holder.pid) == holder.started
+
+    def outlived(self, holder: LeaseHolder) -> bool:
+        """Whether ``holder`` is a process of this machine that no longer runs."""
+        return self.runs_here(holder) is False
 
 
 @dataclass(frozen=True)
@@ -106,9 +145,21 @@ class LeaseHolder:
     pid: int
     since: datetime
     expires: datetime
+    machine: str | None = None  # which processes ``pid`` is among (None: not said)
+    started: int | None = None  # when the holder started, in its machine's terms
+    epoch: int = 0  # how many holders the lease has had
 
     def describe(self) -> str:
         return f"pid {self.pid} on host {self.host} since {_iso(self.since)}"
+
+
+@dataclass(frozen=True)
+class LeaseOutcome:
+    """What asking for the lease came to."""
+
+    holder: LeaseHolder | None = None  # another process holds it: not ours
+    epoch: int = 0  # ours: its epoch (0: it lapsed as we looked; ours at the next renewal)
+    replaced: LeaseHolder | None = None  # ours, taken at once from a holder here that ended
 
 
 @dataclass(frozen=True)
@@ -232,6 +283,26 @@ def connect_remote(
     return remote
 
 
+def _read_lease(
+    cur: psycopg.Cursor[tuple[Any, ...]], session_id: str
+) -> tuple[str | None, LeaseHolder | None]:
+    """The token and holder of the session's unexpired lease; (None, None) without one."""
+    row = cur.execute(SELECT_LEASE, (session_id,)).fetchone()
+    if row is None:
+        return None, None
+    token, host, pid, since, expires, machine, started, epoch = row
+    holder = LeaseHolder(
+        host=str(host),
+        pid=int(pid),
+        since=since,
+        expires=expires,
+        machine=machine,
+        started=started,
+        epoch=int(epoch),
+    )
+    return str(token), holder
+
+
 class Remote:
     """An open connection to the mirror (autocommit; transactions are explicit)."""
 
@@ -260,12 +331,12 @@ class Remote:
         *,
         lease: Lease | None = None,
         release: Lease | None = None,
-    ) -> LeaseHolder | None:
+    ) -> LeaseOutcome:
         """One remote transaction: the session row, ``events`` (those already there are
         ignored), ``checkpoints``, then the lease taken or renewed for ``lease`` (or
-        given up for ``release``). Returns whoever else holds the lease, if anyone."""
+        given up for ``release``)."""
         rows = [(*_event_row(session.id, e), e.hash) for e in events]
-        holder = None
+        outcome = LeaseOutcome()
         with self.translated(), self._conn.transaction(), self._conn.cursor() as cur:
             cur.execute(
                 UPSERT_SESSION,
@@ -295,30 +366,36 @@ class Remote:
                     ),
                 )
             if lease is not None:
-                holder = self._take(cur, session.id, lease)
+                outcome = self._take(cur, session.id, lease)
             elif release is not None:
                 cur.execute(RELEASE_LEASE, (session.id, release.token))
-        return holder
+        return outcome
 
     @staticmethod
-    def _take(
-        cur: psycopg.Cursor[tuple[Any, ...]], session_id: str, lease: Lease
-    ) -> LeaseHolder | None:
-        params = {
+    def _take(cur: psycopg.Cursor[tuple[Any, ...]], session_id: str, lease: Lease) -> LeaseOutcome:
+        params: dict[str, object] = {
             "token": lease.token,
             "host": lease.host,
             "pid": lease.pid,
+            "machine": lease.machine,
+            "started": lease.started,
             "seconds": LEASE_SECONDS,
             "id": session_id,
+            "gone": None,
+            "gone_epoch": None,
         }
-        cur.execute(TAKE_LEASE, params)
-        if cur.rowcount == 1:
-            return None
-        row = cur.execute(SELECT_LEASE, (session_id,)).fetchone()
-        if row is None:  # it lapsed between the two statements: ours next time
-            return None
-        host, pid, since, expires = row
-        return LeaseHolder(host=str(host), pid=int(pid), since=since, expires=expires)
+        taken = cur.execute(TAKE_LEASE, params).fetchone()
+        if taken is not None:
+            return LeaseOutcome(epoch=int(taken[0]))
+        token, holder = _read_lease(cur, session_id)
+        if holder is None or not lease.outlived(holder):
+            return LeaseOutcome(holder=holder)  # None: it lapsed as we looked
+        taken = cur.execute(
+            TAKE_LEASE, {**params, "gone": token, "gone_epoch": holder.epoch}
+        ).fetchone()
+        if taken is not None:
+            return LeaseOutcome(epoch=int(taken[0]), replaced=holder)
+        return LeaseOutcome(holder=_read_lease(cur, session_id)[1])  # another took it first
 
     def newest_seq(self, session_id: str) -> int:
         """The newest event of the session the remote holds (0: none)."""

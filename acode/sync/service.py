@@ -77,6 +77,8 @@ class Claim:
     pushed: int = 0
     pending: int = 0  # events still waiting for the remote
     newest: int = 0  # the newest event the remote holds of the session, once pushed
+    epoch: int = 0  # the lease's epoch, once ours
+    replaced: LeaseHolder | None = None  # the holder here that had ended, taken over at once
 
 
 @dataclass
@@ -254,7 +256,14 @@ def claim_session(
                 return
             finally:
                 remote.close()
-            latest.value = Claim(name, holder=result.holder, pushed=result.pushed, newest=newest)
+            latest.value = Claim(
+                name,
+                holder=result.holder,
+                pushed=result.pushed,
+                newest=newest,
+                epoch=result.lease.epoch,
+                replaced=result.lease.replaced,
+            )
         finally:
             store.close()
 

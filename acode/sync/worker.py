@@ -142,6 +142,17 @@ class SyncWorker:
         notice = reconnected(before, self._session_id, self._name, result.pushed)
         if notice is not None:
             self._report(notice)
+        replaced = result.lease.replaced
+        if replaced is not None:
+            self._report(
+                SyncNotice(
+                    kind=NoticeKind.LEASE_TAKEN_OVER,
+                    session_id=self._session_id,
+                    remote=self._name,
+                    holder=replaced.describe(),
+                    epoch=result.lease.epoch,
+                )
+            )
         if result.holder is not None and not self._conflict_reported:
             self._conflict_reported = True
             self._report(

@@ -13,8 +13,10 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
+from typing import BinaryIO
 
-__all__ = ["TEMP_PREFIX", "fsync_dir", "write_at"]
+__all__ = ["TEMP_PREFIX", "fsync_dir", "replacing", "write_at"]
 
 TEMP_PREFIX = ".acode-tmp-"
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -65,6 +67,26 @@ def write_at(
         # BaseException too: a Ctrl+C mid-write must not leave a stray temp file behind.
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=temp_dir)
+        raise
+    fsync_dir(dir_fd)
+
+
+@contextlib.contextmanager
+def replacing(dir_fd: int, name: str) -> Iterator[BinaryIO]:
+    """A file to write ``name`` in directory ``dir_fd`` through, for content too large to
+    hold (an archive): it is a temporary file, readable by its owner alone, that replaces
+    ``name`` (fsynced, renamed, the directory fsynced) only when the block ends without
+    an error. Otherwise, or if the process is killed, ``name`` is as it was."""
+    fd, temp = _create_temp(dir_fd, 0o600)
+    try:
+        with open(fd, "wb", closefd=True) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(fd)
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
         raise
     fsync_dir(dir_fd)
 

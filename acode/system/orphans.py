@@ -27,13 +27,21 @@ import shlex
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from acode.system.process_table import carrying, kill
 from acode.system.workspace import StatePaths
 
-__all__ = ["SESSION_ENV", "NotedCommand", "commands_started", "reap_orphans"]
+if TYPE_CHECKING:
+    from acode.system.process_table import Process
+
+__all__ = ["SESSION_ENV", "STATE_ENV", "NotedCommand", "commands_started", "reap_orphans"]
 
 SESSION_ENV = "ACODE_SESSION_ID"
+# The session id alone is not whose a process is: a copy of the workspace (a second
+# clone, a hand-off) holds the same session, and a resume there must not stop the
+# commands of the run here. A process without it was started by an acode before it.
+STATE_ENV = "ACODE_STATE_DIR"
 
 
 def _children_dir(paths: StatePaths, session_id: str) -> Path:
@@ -50,7 +58,7 @@ def commands_started(paths: StatePaths, session_id: str) -> dict[str, str]:
     if not directory.is_dir():  # made by the session's first command
         for folder in (paths.sessions_dir, directory.parent, directory):
             folder.mkdir(exist_ok=True, mode=0o700)
-    return {SESSION_ENV: session_id}
+    return {SESSION_ENV: session_id, STATE_ENV: str(paths.state_dir)}
 
 
 class NotedCommand:
@@ -73,9 +81,9 @@ class NotedCommand:
             self._note.unlink()
 
 
-def _runs(group: int, session_id: str) -> bool:
-    """Whether a live process of ``group`` belongs to ``session_id``."""
-    return bool(carrying(SESSION_ENV, session_id, group=group))
+def _ours(paths: StatePaths, session_id: str, group: int | None = None) -> list[Process]:
+    """The live processes (of ``group``) that this workspace's ``session_id`` started."""
+    return carrying(SESSION_ENV, session_id, group=group, unless=(STATE_ENV, str(paths.state_dir)))
 
 
 def reap_orphans(paths: StatePaths, session_id: str) -> list[int]:
@@ -85,7 +93,7 @@ def reap_orphans(paths: StatePaths, session_id: str) -> list[int]:
     if not _children_dir(paths, session_id).is_dir():
         return []  # it never started a command
     stopped = _reap_noted(paths, session_id)
-    others = [p for p in carrying(SESSION_ENV, session_id) if p.pid != os.getpid()]
+    others = [p for p in _ours(paths, session_id) if p.pid != os.getpid()]
     kill(others)
     return stopped + [p.pid for p in others]
 
@@ -100,17 +108,17 @@ def _reap_noted(paths: StatePaths, session_id: str) -> list[int]:
     for note in notes:
         with contextlib.suppress(OSError, ValueError):
             group = int(note.read_text().strip())
-            if _runs(group, session_id):
+            if _ours(paths, session_id, group):
                 with contextlib.suppress(OSError):
                     os.killpg(group, signal.SIGKILL)
-                _wait_gone(group, session_id)
+                _wait_gone(paths, group, session_id)
                 stopped.append(group)
         with contextlib.suppress(OSError):
             note.unlink()
     return stopped
 
 
-def _wait_gone(group: int, session_id: str, seconds: float = 2.0) -> None:
+def _wait_gone(paths: StatePaths, group: int, session_id: str, seconds: float = 2.0) -> None:
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and _runs(group, session_id):
+    while time.monotonic() < deadline and _ours(paths, session_id, group):
         time.sleep(0.01)

@@ -1,5 +1,6 @@
 """What the system says about its processes, through psutil (Linux's /proc, macOS's
-libproc and sysctl): the one place acode asks it.
+libproc and sysctl), and Linux's /proc itself where psutil would round what it says: the
+one place acode asks it.
 
 psutil is imported by each function that needs it, never as acode starts. A process acode
 may not look into (another user's) or that ends while it looks is passed over: the
@@ -15,12 +16,15 @@ import os
 import signal
 import time
 from collections.abc import Collection, Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import psutil
+    from psutil import Process
 
 __all__ = [
+    "Process",
     "carrying",
     "child_groups",
     "command_line",
@@ -30,6 +34,8 @@ __all__ = [
     "kill_tree",
     "own_file_paths",
     "process_start_ns",
+    "process_table_id",
+    "start_mark",
 ]
 
 _NS_PER_SECOND = 1_000_000_000
@@ -58,16 +64,24 @@ def group_running(group: int) -> bool:
     return False
 
 
-def carrying(name: str, value: str, *, group: int | None = None) -> list[psutil.Process]:
+def carrying(
+    name: str, value: str, *, group: int | None = None, unless: tuple[str, str] | None = None
+) -> list[psutil.Process]:
     """The running processes (of process group ``group``; None: of any) whose environment
-    sets ``name`` to ``value``, among those whose environment can be read (this user's)."""
+    sets ``name`` to ``value``, among those whose environment can be read (this user's);
+    ``unless``: not those whose environment sets that name to another value."""
     import psutil
 
     found = []
     for proc in psutil.process_iter() if group is None else _in_group(group):
         with contextlib.suppress(psutil.Error):
+            environ = proc.environ()
+            if environ.get(name) != value:
+                continue
+            if unless is not None and environ.get(unless[0], unless[1]) != unless[1]:
+                continue
             # A zombie's environment reads empty: its status is asked of the few that match.
-            if proc.environ().get(name) == value and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found
 
@@ -173,3 +187,39 @@ def process_start_ns() -> int | None:
     ticks = round((started - booted) * hz)
     since_boot = (ticks + 1) * _NS_PER_SECOND // hz
     return time.time_ns() - time.clock_gettime_ns(time.CLOCK_BOOTTIME) + since_boot
+
+
+def process_table_id() -> str | None:
+    """Which processes a pid names here: the kernel's boot (a random id each boot) and the
+    pid namespace, so that two containers both called ``localhost`` differ, and so do two
+    boots of one machine. Two processes with the same id see the same processes under the
+    same pids. None where the system does not tell (not Linux, or a /proc that shows
+    another pid namespace than this process's)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+        shown_as = os.readlink("/proc/self")
+    except OSError:
+        return None
+    if not boot or shown_as != str(os.getpid()):
+        return None
+    return f"{boot}/{namespace}"
+
+
+def start_mark(pid: int) -> int | None:
+    """When the process ``pid`` started, as a number that no other process given that pid
+    during this boot has (the clock ticks since boot); None when no process runs under
+    ``pid`` (a zombie has stopped running) or the system does not tell.
+
+    Read from /proc rather than psutil: psutil adds a boot time taken from the wall clock,
+    which moves with it, and a start that moved would make a live process seem another."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name, in parentheses, may hold spaces and parentheses: the fields that
+    # count come after the last ")".
+    fields = stat.rpartition(")")[2].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from contextlib import suppress
 from pathlib import Path
 from typing import NamedTuple
 
@@ -55,6 +57,19 @@ class StatePaths(NamedTuple):
 
     def session_dir(self, session_id: str) -> Path:
         return self.sessions_dir / session_id
+
+    def state_bytes(self) -> int:
+        """The state's size as retention weighs it: the database (with its write-ahead
+        log) and the sessions' progress files."""
+        total = 0
+        for path in (self.db, self.db.with_name(self.db.name + "-wal")):
+            with suppress(OSError):
+                total += path.stat().st_size
+        for root, _dirs, files in os.walk(self.sessions_dir):
+            for name in files:
+                with suppress(OSError):  # gone while counting
+                    total += os.lstat(os.path.join(root, name)).st_size
+        return total
 
     def check_database(self) -> None:
         """Refuse an empty database file beside the folders of recorded sessions: it was

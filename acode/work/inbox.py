@@ -30,7 +30,7 @@ __all__ = ["INBOX_ENV", "add_through", "breadcrumb_inbox", "list_through"]
 
 INBOX_ENV = "ACODE_WORK_INBOX"
 _POLL_SECONDS = 0.1
-_ANSWER_SECONDS = 30.0  # a breadcrumb waits at most 10 s for the session's lock
+_ANSWER_SECONDS = 30.0  # a breadcrumb waits at most this long for the session's lock
 _MAX_REQUEST = 1 << 20
 
 

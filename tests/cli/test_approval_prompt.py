@@ -163,3 +163,23 @@ def test_a_commit_view_leaves_the_index_as_the_person_staged_it(acode: Cli) -> N
         text=True,
     ).stdout
     assert sorted(status.splitlines()) == ["?? plan.yml", "A  staged.txt"]
+
+
+def test_without_an_id_it_decides_the_one_session_waiting(acode: Cli) -> None:
+    acode.write("done.yml", plan_yaml("Done", "{id: w, write: w.txt, content: x}"))
+    acode("run", "done.yml")
+    nothing = acode("approve", expect=1)
+    assert "waits for an approval" in nothing.flat_err
+    acode.write("plan.yml", plan_yaml("Ask", "{id: ok, approve: Go on?}"))
+    first = acode("run", "plan.yml", "--json", expect=20).json_lines()[0]["id"][:13]
+
+    decided = acode("approve", "--json").json()
+
+    assert (decided["step"], decided["recorded"]) == ("ok", True)
+    assert decided["session"].startswith(first)
+    acode("resume", first)
+    acode("run", "plan.yml", expect=20)
+    acode("run", "plan.yml", expect=20)
+    several = acode("approve", expect=2)
+    assert several.flat_err.startswith("error ACODE-SESSION-002: 2 sessions wait for an approval: ")
+    assert "name the one to decide: acode approve " in several.flat_err

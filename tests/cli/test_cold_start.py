@@ -357,7 +357,7 @@ def test_help_and_a_mistyped_command_build_every_command_they_name(
     )
     for args, expect, top in cases:
         built = _probe(cli_env, *args, expect=expect)
-        assert (built["acode"], len(built["session"])) == (top, 7), args
+        assert (built["acode"], len(built["session"])) == (top, 10), args
 
 
 _CELL = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40) | st.text(

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Background, Cli, make_env, plan_yaml, session_count
+from tests.cli.conftest import ACODE, Background, Cli, make_env, plan_yaml, session_count
 
 __all__: list[str] = []
 
@@ -269,3 +271,31 @@ def test_a_command_that_finds_nothing_creates_no_state(
     acode(*command, expect=status)
 
     assert list(acode.workspace.iterdir()) == []
+
+
+@pytest.mark.parametrize("closed", [(1,), (1, 2)], ids=["stdout", "stdout-and-stderr"])
+def test_a_command_started_with_its_output_closed_still_does_its_work(
+    acode: Cli, closed: tuple[int, ...]
+) -> None:
+    # As `acode run plan.yml >&-` does: Python then leaves sys.stdout None, and the first
+    # print failed with an internal error after the session had been created.
+    acode.write("plan.yml", TINY)
+
+    def close_output() -> None:
+        for fd in closed:
+            os.close(fd)
+
+    done = subprocess.run(
+        [ACODE, "run", "plan.yml"],
+        cwd=acode.workspace,
+        env=acode.env,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=close_output,
+        check=False,
+        timeout=60,
+    )
+
+    assert done.returncode == 0
+    assert (acode.workspace / "only.txt").read_text() == "x\n"
+    listed = acode("session", "list", "--all", "--json").json()
+    assert [row["state"] for row in listed] == ["COMPLETED"]

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from acode.domain.config import (
     AcodeConfig,
+    HandoffSettings,
     LogSettings,
     ModelSettings,
     ResumeSettings,
@@ -269,3 +270,58 @@ def test_a_postgresql_store_url_is_taken() -> None:
     url = "postgresql://me@db.example:5432/acode"
     assert parse_config({"store": {"url": url}}, SOURCE).store.url == url
     assert parse_config({"store": {"url": None}}, SOURCE).store.url is None
+
+
+def test_the_handoff_section_names_a_git_remote() -> None:
+    cfg = parse_config({"handoff": {"remote": "team.mirror-1", "push": False}}, "f.yml")
+
+    assert cfg.handoff == HandoffSettings(remote="team.mirror-1", push=False)
+    assert AcodeConfig().handoff == HandoffSettings(remote=None, push=True)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "--upload-pack=touch pwned",
+        "-x",
+        ".hidden",
+        "a/../b",
+        "a..b",
+        "ends.",
+        "origin.lock",
+        "a b",
+        "a:b",
+        "/srv/git/r.git",
+        "file:///srv/git/r.git",
+        "",
+        "  ",
+        7,
+        True,
+        ["origin"],
+    ],
+)
+def test_a_remote_git_could_read_as_something_else_is_refused(value: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"handoff": {"remote": value}}, "f.yml")
+
+    assert "f.yml: handoff.remote: expected the name of a git remote" in caught.value.message
+
+
+def test_the_credentials_of_a_url_given_as_remote_are_masked() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"handoff": {"remote": "https://bob:hunter2@git.example.com/r.git"}}, "f")
+
+    assert "hunter2" not in caught.value.message
+    assert "bob" not in caught.value.message
+    assert "'https://***@git.example.com/r.git'" in caught.value.message
+
+
+@given(st.text(min_size=1, max_size=30))
+def test_an_accepted_remote_is_never_an_option_a_url_or_a_path(value: str) -> None:
+    try:
+        remote = parse_config({"handoff": {"remote": value}}, "f").handoff.remote
+    except ConfigError:
+        return
+    assert remote == value
+    assert not value.startswith(("-", "."))
+    assert not {":", "/", " ", "\\", "@"} & set(value)

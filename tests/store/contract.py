@@ -31,6 +31,7 @@ from acode.domain.events import Event, EventType
 from acode.domain.ids import uuid7
 from acode.domain.reducer import StepRecord, StepStatus
 from acode.errors import ErrorCode, StorageError
+from acode.store.archive_records import ArchivedFile, SessionImport
 from acode.store.base import EventStore, open_store
 from acode.store.records import (
     CheckpointRow,
@@ -365,6 +366,115 @@ class EventStoreContract:
         assert (state.synced_seq, state.failures, state.last_error) == (5, 0, None)
         (backlog,) = store.sync_backlog()
         assert (backlog.session_id, backlog.last_seq, backlog.pending_for()) == (row.id, 6, 1)
+
+    # -- a whole session, for archives ---------------------------------------------------
+
+    def full_session(self, store: EventStore) -> tuple[SessionRow, bytes]:
+        """A session with a row in every table it can have rows in, and a blob."""
+        row = self.new_session(store, events=3)
+        data = os.urandom(100)
+        sha = hashlib.sha256(data).hexdigest()
+        store.commit(
+            row.sid,
+            _commit(
+                [_event(4)],
+                checkpoint=_checkpoint(4),
+                summary_written=False,
+                steps=[StepRecord(4, "s4", "write", StepStatus.FAILED, 2, "t", "ih", 4)],
+                step_ids=["s2", "s3"],
+                messages=[_message(0, '"hi"', 4)],
+                blobs=[(sha, data)],
+                files=[FileRow("a.txt", sha, 100, 1, 2, 3)],
+            ),
+        )
+        store.record_failure(row.sid, "refused", now_us=10, next_retry_us=20)
+        return store.session(row.id), data
+
+    def test_a_session_reads_back_as_stored(self, store: EventStore) -> None:
+        row, data = self.full_session(store)
+        stored = store.stored_session(row.id)
+        assert stored is not None
+        # Its own updated_at, which a step's commit does not move (its checkpoint's time
+        # is what ``session`` reads).
+        assert stored.updated_at <= row.updated_at
+        assert stored._replace(updated_at=0) == row._replace(
+            current_task=None, current_step=None, short_id="", updated_at=0
+        )
+        assert store.stored_session(_id(99)) is None
+        events = store.stored_events(row.sid, 0, 10)
+        assert [e.seq for e in events] == [1, 2, 3, 4]
+        assert [e.event_id for e in events] == [e.event_id for e in store.events(row)]
+        assert [(e.checkpoint, e.signature) for e in events] == [
+            (None, None),
+            (None, None),
+            ("[summary at 3]", bytes.fromhex(f"{3:032x}")),
+            (None, bytes.fromhex(f"{4:032x}")),  # its summary derived, not written
+        ]
+        assert [e.seq for e in store.stored_events(row.sid, 2, 1)] == [3]
+        sha = hashlib.sha256(data).hexdigest()
+        assert store.stored_files(row.sid) == [ArchivedFile("a.txt", sha, 100, 1, 2, 3, 4)]
+        assert store.stored_old_checkpoints(row.sid) == []
+        assert store.held_blobs([sha, "0" * 64, sha]) == [sha]
+
+    def importing(self, store: EventStore, row: SessionRow, session_id: str) -> SessionImport:
+        """``row``'s rows as an import takes them, one pass over each, under ``session_id``."""
+        stored = store.stored_session(row.id)
+        assert stored is not None
+        sid = row.sid
+        return SessionImport(
+            session=stored._replace(id=session_id),
+            sync_state=store.sync_state(sid),
+            events=iter(store.stored_events(sid, 0, -1)),
+            steps=iter(store.step_rows(sid)),
+            old_checkpoints=iter(store.stored_old_checkpoints(sid)),
+            messages=iter(store.messages(sid)),
+            step_ids=iter(sorted(store.step_id_ledger(sid))),
+            files=iter(store.stored_files(sid)),
+            blobs=iter(
+                [
+                    (sha, store.blob(sha))
+                    for sha in store.held_blobs(
+                        [f.sha256 for f in store.stored_files(sid) if f.sha256]
+                    )
+                ]
+            ),
+        )
+
+    def test_an_imported_session_is_the_same_rows_under_a_sid_of_its_own(
+        self, backend: Opener
+    ) -> None:
+        store = backend()
+        row, _ = self.full_session(store)
+        copy = backend().import_session(self.importing(store, row, _id(7)))
+        assert copy.sid != row.sid
+        assert copy == store.session(copy.id)
+        assert copy._replace(sid=row.sid, id=row.id, short_id="") == row._replace(short_id="")
+        assert store.stored_events(copy.sid, 0, -1) == store.stored_events(row.sid, 0, -1)
+        assert store.step_rows(copy.sid) == store.step_rows(row.sid)
+        assert store.messages(copy.sid) == store.messages(row.sid)
+        assert store.step_id_ledger(copy.sid) == store.step_id_ledger(row.sid)
+        assert store.stored_files(copy.sid) == store.stored_files(row.sid)
+        assert store.sync_state(copy.sid) == store.sync_state(row.sid)
+        assert store.checkpoints(copy) == store.checkpoints(row)
+
+    def test_an_import_of_a_session_held_already_writes_nothing(self, store: EventStore) -> None:
+        row, _ = self.full_session(store)
+        with pytest.raises(StorageError, match="already"):
+            store.import_session(self.importing(store, row, row.id))
+        assert [r.id for r in store.sessions()] == [row.id]
+
+    def test_an_import_that_fails_half_way_writes_nothing(self, store: EventStore) -> None:
+        row, _ = self.full_session(store)
+        imported = self.importing(store, row, _id(8))
+
+        def failing() -> Iterator[Any]:
+            yield from imported.files
+            raise StorageError("the archive broke off")
+
+        with pytest.raises(StorageError, match="broke off"):
+            store.import_session(imported._replace(files=failing()))
+        assert [r.id for r in store.sessions()] == [row.id]
+        assert store.stored_session(_id(8)) is None
 
     # -- two writers -------------------------------------------------------------------
 

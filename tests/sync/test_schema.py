@@ -92,3 +92,35 @@ def test_events_on_the_remote_are_append_only(mirror: Mirror) -> None:
     for change in ("DELETE FROM acode.events", "UPDATE acode.events SET seq = 2"):
         with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
             mirror.execute(change)
+
+
+def test_a_remote_of_version_1_is_migrated_its_leases_kept(mirror: Mirror) -> None:
+    import psycopg
+
+    first = remote_migrations()[0]
+    assert first.number == 1
+    mirror.execute(
+        "CREATE SCHEMA acode; CREATE TABLE acode.schema_version ("
+        " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    with psycopg.connect(mirror.pg.direct_dsn(mirror.dbname), autocommit=True) as conn:
+        conn.execute(first.sql)  # without parameters: its "%" are no placeholders
+    mirror.execute("INSERT INTO acode.schema_version (version) VALUES (1)")
+    session = str(uuid.uuid4())
+    # A session an acode of version 1 holds: its lease says nothing of the machine.
+    mirror.execute(
+        "INSERT INTO acode.sessions (id, title, state, workspace, host, created_at, updated_at,"
+        " lease_holder, lease_host, lease_pid, lease_since, lease_expires) VALUES (%s, 't',"
+        " 'EXECUTING', '/w', 'h', now(), now(), 'old', 'h', 4242, now(),"
+        " now() + interval '30 s')",
+        (session,),
+    )
+
+    connect_remote(mirror.dsn).close()
+
+    versions = [r[0] for r in mirror.query("SELECT version FROM acode.schema_version")]
+    assert versions == [m.number for m in remote_migrations()]
+    assert mirror.query(
+        "SELECT lease_holder, lease_pid, lease_machine, lease_started, lease_epoch,"
+        " lease_expires > now() FROM acode.sessions"
+    ) == [("old", 4242, None, None, 0, True)]

@@ -354,11 +354,15 @@ def test_file_owned_by_another_user_is_refused(locks_dir: Path) -> None:
 
 
 def _open_paths(pid: int, program: bytes) -> set[str]:
-    """The files ``pid`` holds open once it runs ``program``: before its exec, the
-    close-on-exec descriptors are still there (and vanish while they are listed)."""
+    """The files ``pid`` holds open once it runs ``program`` and sleeps: before its exec
+    has ended (the kernel shows the new command line before it closes the close-on-exec
+    descriptors), they are still there and vanish while they are listed."""
     deadline = time.monotonic() + 5
-    while not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(program):
-        assert time.monotonic() < deadline, f"process {pid} never ran {program!r}"
+    while not (
+        Path(f"/proc/{pid}/cmdline").read_bytes().startswith(program)
+        and Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "S"
+    ):
+        assert time.monotonic() < deadline, f"process {pid} never slept in {program!r}"
         time.sleep(0.01)
     return {os.readlink(entry) for entry in Path(f"/proc/{pid}/fd").iterdir()}
 

@@ -97,6 +97,38 @@ def test_another_sessions_processes_are_left_alone(paths: StatePaths, spawn, tmp
     assert alive(stray.pid)
 
 
+def test_the_same_sessions_processes_of_another_copy_of_the_workspace_are_left_alone(
+    paths: StatePaths, spawn, tmp_path: Path
+) -> None:
+    # A second clone holding the same session (a hand-off, a copy): a resume there found
+    # the run here by its session id alone and killed its commands.
+    elsewhere = StatePaths(tmp_path / "copy")
+    elsewhere.state_dir.mkdir(parents=True)
+    env = {**os.environ, **commands_started(elsewhere, SID)}
+    running = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        commands_started(paths, SID)
+
+        assert reap_orphans(paths, SID) == []
+
+        assert alive(running.pid)
+    finally:
+        running.kill()
+        running.wait(timeout=10)
+
+
+def test_a_process_started_before_the_state_was_named_is_still_stopped(
+    paths: StatePaths, spawn
+) -> None:
+    commands_started(paths, SID)
+    older = subprocess.Popen(
+        ["sleep", "60"], env={**os.environ, SESSION_ENV: SID}, start_new_session=True
+    )
+
+    assert reap_orphans(paths, SID) == [older.pid]
+    assert older.wait(timeout=10) == -9
+
+
 def test_nothing_left_and_nothing_noted(paths: StatePaths) -> None:
     assert reap_orphans(paths, SID) == []
 

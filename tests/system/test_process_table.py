@@ -25,6 +25,8 @@ from acode.system.process_table import (
     kill,
     kill_tree,
     own_file_paths,
+    process_table_id,
+    start_mark,
 )
 from tests.cli.conftest import alive, wait_for
 
@@ -230,3 +232,100 @@ def _gone_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()
     return proc.pid
+
+
+def test_the_start_mark_of_a_process_is_its_own_and_stays() -> None:
+    first = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.05)  # a later clock tick
+        second = subprocess.Popen(["sleep", "60"])
+        try:
+            marks = [start_mark(first.pid), start_mark(second.pid)]
+            assert None not in marks
+            assert marks[0] != marks[1]
+            assert [start_mark(first.pid), start_mark(second.pid)] == marks
+        finally:
+            second.kill()
+            second.wait()
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_a_process_that_ended_has_no_start_mark_even_before_it_is_reaped() -> None:
+    proc = subprocess.Popen(["sleep", "60"])
+    assert start_mark(proc.pid) is not None
+    proc.kill()
+    wait_for("the zombie", lambda: not alive(proc.pid))
+    assert start_mark(proc.pid) is None  # a zombie: not running
+    proc.wait()
+    assert start_mark(proc.pid) is None
+    assert start_mark(_gone_pid()) is None
+
+
+def test_processes_of_one_pid_namespace_share_the_process_table_id() -> None:
+    code = "from acode.system.process_table import process_table_id; print(process_table_id())"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    mine = process_table_id()
+    assert mine is not None
+    assert result.stdout.strip() == mine
+    assert mine.endswith(os.readlink("/proc/self/ns/pid"))
+
+
+# In a pid namespace of its own: its id, and the start marks of a process and of the one the
+# kernel gave its pid to once it ended.
+REUSED_MARK = """
+import subprocess, time
+from acode.system.process_table import process_table_id, start_mark
+old = subprocess.Popen(["sleep", "60"])
+before = start_mark(old.pid)
+old.kill()
+old.wait()
+time.sleep(0.05)  # a later clock tick: their start times differ
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(str(old.pid - 1))
+new = subprocess.Popen(["sleep", "60"])
+print(process_table_id(), new.pid == old.pid, start_mark(new.pid) != before, flush=True)
+new.kill()
+new.wait()
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_a_pid_given_to_another_process_has_another_start_mark_and_namespace_another_id() -> None:
+    argv = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+    probe = subprocess.run([*argv, "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"no user and pid namespaces here: {probe.stderr.decode().strip()}")
+    result = subprocess.run(
+        [*argv, sys.executable, "-c", REUSED_MARK],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    table, same_pid, other_mark = result.stdout.split()
+    assert (same_pid, other_mark) == ("True", "True")
+    assert table not in ("None", process_table_id())
+
+
+def test_a_proc_of_another_pid_namespace_gives_no_process_table_id() -> None:
+    # unshare --pid without --mount-proc: /proc still shows the outer namespace's pids, which
+    # are not this process's.
+    argv = ["unshare", "--user", "--map-root-user", "--pid", "--fork"]
+    if shutil.which("unshare") is None or subprocess.run([*argv, "true"], check=False).returncode:
+        pytest.skip("no user and pid namespaces here")
+    code = "from acode.system.process_table import process_table_id; print(process_table_id())"
+    result = subprocess.run(
+        [*argv, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.strip() == "None"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from acode.errors import DatabaseDamagedError, StorageError
@@ -15,14 +15,17 @@ __all__ = ["atomic", "connect", "damaged_database", "database_damaged", "write_e
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _create_private(path: Path) -> None:
+def _create_private(path: Path) -> bool:
     """Create a missing database file readable by its owner alone: it holds every
     session's history unredacted (its directory is private too, but a copy or a
     ``chmod -R`` of it should not open it). SQLite gives its WAL and shared-memory files
-    the database file's mode."""
+    the database file's mode. True when this call created it."""
     # When it exists, it keeps its mode; any other failure, SQLite reports next.
-    with suppress(OSError):
+    try:
         os.close(os.open(path, _NEW_FILE, 0o600))
+    except OSError:
+        return False
+    return True
 
 
 def connect(path: Path, durability: Durability = "full") -> sqlite3.Connection:
@@ -34,9 +37,15 @@ def connect(path: Path, durability: Durability = "full") -> sqlite3.Connection:
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _create_private(path)
+        new = _create_private(path)
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout = 5000")
+        if new:
+            # Before the first table, and before WAL, which writes the header: a prune
+            # then gives its pages back with an incremental vacuum. Only here: on an
+            # existing database the pragma writes a page at every opening, and changes
+            # nothing (its first prune converts it).
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {durability.upper()}")
         conn.execute("PRAGMA foreign_keys = ON")

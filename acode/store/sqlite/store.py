@@ -11,7 +11,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acode.domain.events import Event, EventType
 from acode.domain.ids import uuid_bytes, uuid_text
@@ -41,7 +41,11 @@ from acode.store.sqlite.connection import atomic, connect, write_error
 from acode.store.sqlite.keys import SPAN as _SPAN
 from acode.store.sqlite.keys import key
 from acode.store.sqlite.migrations import migrate
+from acode.store.sqlite.pruning import Pruning
 from acode.store.sqlite.sync_state import SyncBookkeeping
+
+if TYPE_CHECKING:
+    from acode.store.archive_records import ArchivedEvent, ArchivedFile, SessionImport
 
 __all__ = ["SqliteStore", "event_from_row"]
 
@@ -280,7 +284,7 @@ def _run(conn: sqlite3.Connection, statements: list[_Statement]) -> None:
             conn.execute(sql, parameters)
 
 
-class SqliteStore(SyncBookkeeping):
+class SqliteStore(SyncBookkeeping, Pruning):
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
@@ -712,3 +716,47 @@ class SqliteStore(SyncBookkeeping):
 
     def blob(self, sha256: str) -> bytes:
         return get_blob(self.conn, sha256)
+
+    # -- a whole session, for archives (acode/operations/archive.py) ------------------
+
+    # What an archive needs loads when one is made or imported, not with every store.
+
+    def stored_session(self, session_id: str) -> SessionRow | None:
+        from acode.store.sqlite import archive_rows
+
+        return archive_rows.stored_session(self.conn, session_id)
+
+    def stored_events(self, sid: int, after_seq: int, limit: int) -> list[ArchivedEvent]:
+        from acode.store.sqlite import archive_rows
+
+        return archive_rows.stored_events(self.conn, sid, after_seq, limit)
+
+    def stored_files(self, sid: int) -> list[ArchivedFile]:
+        from acode.store.sqlite import archive_rows
+
+        return archive_rows.stored_files(self.conn, sid)
+
+    def stored_old_checkpoints(self, sid: int) -> list[tuple[int, CheckpointRow]]:
+        from acode.store.sqlite import archive_rows
+
+        return archive_rows.stored_old_checkpoints(self.conn, sid)
+
+    def held_blobs(self, shas: Sequence[str]) -> list[str]:
+        from acode.store.sqlite import archive_rows
+
+        return archive_rows.held_blobs(self.conn, shas)
+
+    def import_session(self, imported: SessionImport) -> SessionRow:
+        from acode.store.sqlite import archive_rows
+
+        try:
+            with atomic(self.conn) as conn:
+                archive_rows.insert_session(conn, imported)
+        except sqlite3.Error as exc:
+            if self.stored_session(imported.session.id) is not None:
+                raise StorageError(
+                    f"session {imported.session.id} is in {self.path} already",
+                    hint="nothing was written",
+                ) from exc
+            raise write_error(self.path, exc) from exc
+        return self.session(imported.session.id)

@@ -56,15 +56,16 @@ class Imported(NamedTuple):
 
 def import_archive(workspace: Path, path: Path) -> Imported:
     """Verify the archive at ``path``, then bring its session into the workspace's store."""
-    from acode.engine.lifecycle import open_workspace
+    from acode.engine.lifecycle import open_workspace, open_workspace_store
     from acode.security.signing import load_signer
 
     signer = load_signer()
     header = check_archive(path, signer)  # before the workspace's state is even made
     ws = open_workspace(workspace)
-    store = open_store(ws.paths.db, ws.config.durability)
+    store = open_workspace_store(ws)
     try:
-        # The scratch database sits beside the store: private, and on the same disk.
+        # The scratch database is SQLite whatever the workspace's store: private, beside
+        # the state, and on the same disk.
         with tempfile.TemporaryDirectory(prefix=".import-", dir=ws.paths.state_dir) as scratch_dir:
             scratch = open_store(Path(scratch_dir) / "scratch.db", "normal")
             try:

@@ -80,6 +80,89 @@ def test_the_database_refuses_edits_of_the_log(
     assert _sql(pg_server, dbname, "SELECT count(*) FROM acode_store.events") == [(2,)]
 
 
+def _prune(store: EventStore, row: Any) -> None:
+    store.prune([row], now_us=1, key_id="k", sign=lambda m: b"tag", files_left=1)
+
+
+def test_only_a_prune_deletes_and_only_its_own_session(
+    pg_server: PgServer, dbname: str, url: str
+) -> None:
+    """The triggers let a DELETE through only for the session the transaction-local
+    setting names: not another session in the same transaction, not after it ends."""
+    import psycopg
+
+    with closing(open_store(url)) as store:
+        first, second = _session(store, 1), _session(store, 2)
+        with psycopg.connect(pg_server.direct_dsn(dbname)) as conn:
+            conn.execute("SELECT set_config('acode.pruning', %s, true)", (str(first.sid),))
+            conn.execute("DELETE FROM acode_store.events WHERE sid = %s", (first.sid,))
+            with pytest.raises(psycopg.Error, match="append-only"):
+                conn.execute("DELETE FROM acode_store.events WHERE sid = %s", (second.sid,))
+            conn.rollback()
+            conn.execute("SELECT set_config('acode.pruning', %s, true)", (str(first.sid),))
+            conn.commit()  # the setting ends with its transaction
+            with pytest.raises(psycopg.Error, match="append-only"):
+                conn.execute("DELETE FROM acode_store.events WHERE sid = %s", (first.sid,))
+        _prune(store, first)
+        assert [r.id for r in store.sessions()] == [second.id]
+    with pytest.raises(psycopg.Error, match="append-only"):
+        _sql(pg_server, dbname, f"DELETE FROM acode_store.events WHERE sid = {second.sid}")
+    assert _sql(pg_server, dbname, "SELECT count(*) FROM acode_store.events") == [(1,)]
+
+
+def test_a_schema_1_store_is_upgraded_and_its_sessions_can_be_pruned(
+    pg_server: PgServer, dbname: str, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    from acode.store.postgres import migrations
+
+    first = available_migrations()[:1]
+    with monkeypatch.context() as m:
+        m.setattr(migrations, "available_migrations", lambda: first)
+        with closing(open_store(url)) as old:
+            row = _session(old, 1)
+            kept = _session(old, 2)
+    assert _sql(pg_server, dbname, "SELECT max(version) FROM acode_store.schema_version") == [(1,)]
+    with closing(open_store(url)) as store:
+        assert _sql(pg_server, dbname, "SELECT max(version) FROM acode_store.schema_version") == [
+            (len(available_migrations()),)
+        ]
+        assert [e.seq for e in store.events(store.session(row.id))] == [1]
+        _prune(store, store.session(row.id))
+        assert [r.id for r in store.sessions()] == [kept.id]
+        assert [r.id for r in store.pruned_with_prefix(row.id)] == [row.id]
+    with pytest.raises(psycopg.Error, match="append-only"):
+        _sql(pg_server, dbname, "DELETE FROM acode_store.events")
+
+
+def test_a_workspace_sees_and_finishes_only_its_own_prune_records(url: str) -> None:
+    with (
+        closing(open_store(workspace_url(url, "/work/space"))) as mine,
+        closing(open_store(workspace_url(url, "/work/other"))) as theirs,
+    ):
+        row = _session(mine, 1)
+        _prune(mine, row)
+        assert [r.id for r in mine.pending_file_removals()] == [row.id]
+        assert theirs.pending_file_removals() == []
+        assert theirs.pruned_with_prefix(row.id[:8]) == []
+
+
+def test_reclaiming_space_vacuums_the_pruned_tables(
+    pg_server: PgServer, dbname: str, url: str
+) -> None:
+    count = (
+        "SELECT vacuum_count FROM pg_stat_user_tables"
+        " WHERE schemaname = 'acode_store' AND relname = 'events'"
+    )
+    with closing(open_store(url)) as store:
+        _prune(store, _session(store, 1))
+        before = _sql(pg_server, dbname, count)[0][0]
+        reclaimed = store.reclaim_space()
+    assert (reclaimed.converted, reclaimed.error) == (False, None)
+    assert _sql(pg_server, dbname, count)[0][0] == before + 1
+
+
 # -- many workspaces in one database -------------------------------------------------------
 
 

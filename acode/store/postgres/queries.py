@@ -47,6 +47,7 @@ SELECT_SESSIONS = f"SELECT {SESSION_COLUMNS} FROM acode_store.sessions s WHERE t
 SELECT_IDS_BETWEEN = (
     "SELECT s.id FROM acode_store.sessions s WHERE s.id >= %(low)s AND s.id < %(high)s{scope}"
 )
+SELECT_SESSION_ID = "SELECT id FROM acode_store.sessions WHERE id = %s"
 UPDATE_SESSION = "UPDATE acode_store.sessions SET state = %s, updated_at = %s WHERE sid = %s"
 ARCHIVE_SESSION = "UPDATE acode_store.sessions SET archived = true WHERE sid = %s"
 
@@ -228,4 +229,12 @@ RECORD_FAILURE = (
     " last_attempt = excluded.last_attempt, last_error = excluded.last_error,"
     " next_retry = excluded.next_retry, failures = st.failures + 1,"
     " down_since = coalesce(st.down_since, excluded.down_since)"
+)
+
+# What a prune leaves behind, made reusable (PostgresStore.reclaim_space): a plain VACUUM,
+# which runs beside the steps of every workspace.
+VACUUM_PRUNED_TABLES = (
+    "VACUUM acode_store.events, acode_store.steps, acode_store.messages,"
+    " acode_store.step_ids, acode_store.files, acode_store.sync_state,"
+    " acode_store.sessions, acode_store.blobs"
 )

@@ -19,6 +19,7 @@ from acode.domain.reducer import StepRecord
 from acode.errors import ErrorCode, StorageError, StoreUnavailableError
 from acode.store.base import Durability
 from acode.store.postgres import queries as q
+from acode.store.postgres.archive_rows import SELECT_STORED_SESSION
 from acode.store.postgres.connection import (
     StoreAddress,
     connect,
@@ -38,6 +39,7 @@ from acode.store.records import (
     FileRow,
     FileTouch,
     MessageRow,
+    PrunedRow,
     SessionRow,
     SyncStateRow,
 )
@@ -54,6 +56,10 @@ from acode.store.sqlite.blobs import image
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
+
+    from acode.store.archive_records import ArchivedEvent, ArchivedFile, SessionImport
+    from acode.store.records import PruneCost
+    from acode.store.sqlite.pruning import Reclaimed
 
 __all__ = ["PostgresStore"]
 
@@ -86,6 +92,8 @@ class PostgresStore:
         self._ids_between = q.scoped(q.SELECT_IDS_BETWEEN, scope)
         self._touches_since = q.scoped(q.SELECT_TOUCHES_SINCE, scope)
         self._backlog = q.scoped(q.SELECT_BACKLOG, scope)
+        self._scope_sql = scope
+        self._stored_session = q.scoped(SELECT_STORED_SESSION, scope)
 
     @classmethod
     def open(cls, url: str, durability: Durability = "full") -> PostgresStore:
@@ -480,9 +488,136 @@ class PostgresStore:
         with self._conn() as conn:
             conn.execute(q.RECORD_FAILURE, (sid, now_us, reason, next_retry_us, now_us))
 
+    # -- a whole session as stored, for archives (acode/operations/archive.py) --------
+
+    def stored_session(self, session_id: str) -> SessionRow | None:
+        from acode.store.postgres import archive_rows
+
+        params = {"id": session_id, **self._scope}
+        return self._read(lambda c: archive_rows.stored_session(c, self._stored_session, params))
+
+    def stored_events(self, sid: int, after_seq: int, limit: int) -> list[ArchivedEvent]:
+        from acode.store.postgres import archive_rows
+
+        return self._read(lambda c: archive_rows.stored_events(c, sid, after_seq, limit))
+
+    def stored_files(self, sid: int) -> list[ArchivedFile]:
+        from acode.store.postgres import archive_rows
+
+        return self._read(lambda c: archive_rows.stored_files(c, sid))
+
+    def stored_old_checkpoints(self, sid: int) -> list[tuple[int, CheckpointRow]]:
+        return []  # only SQLite databases recorded before its schema 4 have them
+
+    def held_blobs(self, shas: Sequence[str]) -> list[str]:
+        from acode.store.postgres import archive_rows
+
+        return self._read(lambda c: archive_rows.held_blobs(c, shas))
+
+    def import_session(self, imported: SessionImport) -> SessionRow:
+        """See EventStore.import_session; a store that serves one workspace records the
+        session under that workspace (archive_rows.insert_session)."""
+        from psycopg.errors import UniqueViolation
+
+        from acode.store.postgres import archive_rows
+
+        session_id = imported.session.id
+        try:
+            with self._conn() as conn, conn.transaction():
+                archive_rows.insert_session(conn, imported, self._address.workspace)
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, UniqueViolation):
+                raise
+            if self._one(q.SELECT_SESSION_ID, (session_id,)) is None:
+                raise
+            raise StorageError(
+                f"session {session_id} is in {self.location} already"
+                + ("" if self.stored_session(session_id) else ", recorded by another workspace"),
+                hint="nothing was written",
+            ) from exc
+        return self.session(session_id)
+
+    # -- pruning whole sessions (acode.operations.prune) --------------------------------
+
+    def prune_cost(self, sessions: Sequence[SessionRow]) -> PruneCost:
+        from acode.store.postgres import pruning
+
+        return self._read(lambda c: pruning.prune_cost(c, sessions))
+
+    def prune(
+        self,
+        sessions: Sequence[SessionRow],
+        *,
+        now_us: int,
+        key_id: str,
+        sign: Callable[[bytes], bytes],
+        files_left: int,
+    ) -> list[PrunedRow]:
+        """See EventStore.prune (acode/store/postgres/pruning.py): one transaction."""
+        from acode.store.postgres import pruning
+
+        if not sessions:
+            return []
+        with self._conn() as conn, conn.transaction():
+            return pruning.prune_sessions(
+                conn, sessions, now_us=now_us, key_id=key_id, sign=sign, files_left=files_left
+            )
+
+    def pruned_with_prefix(self, prefix: str) -> list[PrunedRow]:
+        from acode.store.postgres import pruning
+
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else "\U0010ffff"
+        sql = q.scoped(pruning.PRUNED_BY_PREFIX, self._scope_sql)
+        return [_pruned(r) for r in self._all(sql, {"low": prefix, "high": upper, **self._scope})]
+
+    def pending_file_removals(self) -> list[PrunedRow]:
+        from acode.store.postgres import pruning
+
+        sql = q.scoped(pruning.PRUNED_WITH_FILES_LEFT, self._scope_sql)
+        return [_pruned(r) for r in self._all(sql, self._scope)]
+
+    def files_removed(self, session_id: str) -> None:
+        from acode.store.postgres import pruning
+
+        with self._conn() as conn:
+            conn.execute(pruning.CLEAR_FILES_LEFT, (session_id,))
+
+    def reclaim_space(self) -> Reclaimed:
+        """A plain VACUUM of the tables a prune deletes from, outside any transaction:
+        the space of the removed rows is reused by the rows written next (and empty
+        pages at a table's end go back to the file system). Never VACUUM FULL, which
+        rewrites a table under a lock that would stop every workspace's steps. A VACUUM
+        that fails leaves the prune standing and says why; a role that does not own the
+        tables has them skipped by PostgreSQL with a warning (autovacuum does it later)."""
+        from acode.store.sqlite.pruning import Reclaimed
+
+        error = None
+        conn = self._get()
+        try:
+            conn.execute(q.VACUUM_PRUNED_TABLES, prepare=False)
+        except self._driver_error as exc:
+            error = str(exc).strip()
+        finally:
+            self._pool.putconn(conn)
+        return Reclaimed(converted=False, error=error)
+
 
 def _limit(limit: int) -> int | None:
     return None if limit < 0 else limit  # LIMIT NULL: all of them
+
+
+def _pruned(row: tuple[Any, ...]) -> PrunedRow:
+    id_, state, at, seq, hash_, key_id, signature, left = row
+    return PrunedRow(
+        id=str(id_),
+        state=str(state),
+        pruned_at=int(at),
+        last_seq=int(seq),
+        last_hash=bytes(hash_),
+        key_id=str(key_id),
+        signature=bytes(signature),
+        files_left=int(left),
+    )
 
 
 def _bytes(value: bytes | memoryview | None) -> bytes | None:

@@ -81,7 +81,7 @@ def import_archive(workspace: Path, path: Path) -> Imported:
                         if existing is None:
                             raise
                 if existing is not None:
-                    return _present(store, existing, body, path, header)
+                    return _present(store, existing, verified.workspace, body, path, header)
             finally:
                 scratch.close()
     finally:
@@ -215,12 +215,19 @@ def _verify_every_checkpoint(store: EventStore, row: SessionRow, signer: Signer)
 
 
 def _present(
-    store: EventStore, existing: SessionRow, body: bytes, path: Path, header: Header
+    store: EventStore,
+    existing: SessionRow,
+    workspace: str,
+    body: bytes,
+    path: Path,
+    header: Header,
 ) -> Imported:
     """The store holds the session already: identical to the archive, that is done
-    (an import run again); otherwise it is refused, whichever is newer."""
+    (an import run again); otherwise it is refused, whichever is newer. Its workspace
+    (``workspace``, the archive's) is not compared: a PostgreSQL store records an
+    imported session under the workspace that imported it."""
     digest = hashlib.sha256()
-    lines = archive_lines(store, existing, header.key_id, {})
+    lines = archive_lines(store, existing, header.key_id, {}, workspace)
     next(lines)  # the header: it names the acode that made it
     for line in lines:
         digest.update(line)

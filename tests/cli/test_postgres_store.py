@@ -164,4 +164,74 @@ def test_doctor_checks_the_postgresql_store_without_changing_it(
     acode("run", "plan.yml")
     after = database()
     assert after["status"] == "ok", after
-    assert "schema version 1, 1 session of this workspace" in after["detail"]
+    assert "schema version 2, 1 session of this workspace" in after["detail"]
+
+
+def _run(acode: Cli, title: str, step: str, expect: int = 0) -> str:
+    acode.write("plan.yml", plan_yaml(title, step))
+    acode("run", "plan.yml", expect=expect)
+    return str(acode.sessions()[0]["id"])
+
+
+def test_prune_removes_an_ended_session_from_postgresql(
+    acode: Cli, pg_server: PgServer, dbname: str
+) -> None:
+    done = _run(acode, "Greet", "{id: w, write: a.txt, content: hi}")
+    waiting = _run(acode, "Needs ok", "{id: ok, approve: Go on?}", expect=20)
+    shown = acode("session", "prune", "--state", "completed", "--dry-run")
+    assert done[:13] in shown.out, shown.describe()
+    assert waiting[:13] not in shown.out
+
+    data = acode("session", "prune", "--state", "completed", "--yes", "--json").json()
+    assert [r["id"] for r in data["removed"]] == [done]
+    assert data["vacuum"] == {"converted": False, "error": None}
+    assert [s["id"] for s in acode.sessions()] == [waiting]
+    assert _events(pg_server, dbname, done) == []
+    assert not (acode.workspace / ".agent" / "state" / "acode.db").exists()
+    gone = acode("session", "show", done, expect=None)
+    assert "ACODE-SESSION-003" in gone.err, gone.describe()
+    assert "pruned" in gone.flat_err
+
+
+def test_archive_prune_and_import_round_trip_on_postgresql(
+    acode: Cli, workspace: Path, tmp_path: Path
+) -> None:
+    session_id = _run(acode, "Greet", "{id: w, write: a.txt, content: hi}")
+    first, second = tmp_path / "first.acode.gz", tmp_path / "second.acode.gz"
+    done = acode("session", "archive", session_id, "-o", str(first), "--json").json()
+    assert done["id"] == session_id
+    acode("session", "prune", "--state", "completed", "--yes")
+    assert acode.sessions() == []
+
+    imported = acode("session", "import", str(first), "--json").json()
+    assert (imported["id"], imported["imported"]) == (session_id, True)
+    assert imported["counts"] == done["counts"]
+    again = acode("session", "import", str(first), "--json").json()
+    assert again["imported"] is False  # the same session, already there
+    acode("session", "archive", session_id, "-o", str(second))
+    assert second.read_bytes() == first.read_bytes()
+    assert acode("session", "show", session_id, "--json").json()["state"] == "COMPLETED"
+    assert not (workspace / ".agent" / "state" / "acode.db").exists()
+
+
+def test_an_archive_imported_into_another_postgresql_workspace_is_its_own(
+    acode: Cli, tmp_path: Path, pg_server: PgServer
+) -> None:
+    session_id = _run(acode, "Greet", "{id: w, write: a.txt, content: hi}")
+    archive = tmp_path / "a.acode.gz"
+    acode("session", "archive", session_id, "-o", str(archive))
+    # Another workspace on the same database: the database holds the session once.
+    neighbour = Cli(tmp_path / "neighbour", acode.env, Background())
+    neighbour.workspace.mkdir()
+    refused = neighbour("session", "import", str(archive), expect=1)
+    assert "recorded by another workspace" in refused.flat_err, refused.describe()
+    assert neighbour.sessions() == []
+    with scratch_database(pg_server) as other:
+        env = {**acode.env, "ACODE_STORE_URL": pg_server.store_url(other)}
+        clone = Cli(tmp_path / "clone", env, Background())
+        clone.workspace.mkdir()
+        assert clone("session", "import", str(archive), "--json").json()["imported"] is True
+        # Recorded under the clone's path (it would not see it otherwise), and still the
+        # archive's session: importing it again is done, not a conflict.
+        assert [s["id"] for s in clone.sessions()] == [session_id]
+        assert clone("session", "import", str(archive), "--json").json()["imported"] is False

@@ -530,10 +530,17 @@ class PostgresStore:
                 raise
             if self._one(q.SELECT_SESSION_ID, (session_id,)) is None:
                 raise
+            if self.stored_session(session_id) is not None:
+                raise StorageError(
+                    f"session {session_id} is in {self.location} already",
+                    hint="nothing was written",
+                ) from exc
             raise StorageError(
-                f"session {session_id} is in {self.location} already"
-                + ("" if self.stored_session(session_id) else ", recorded by another workspace"),
-                hint="nothing was written",
+                f"session {session_id} is in {self.location} already, recorded by another "
+                "workspace: a database holds a session once",
+                hint="nothing was written; see it from the workspace that recorded it, or "
+                "import the archive into a workspace whose store is another database "
+                "(or its own SQLite file, without store.url)",
             ) from exc
         return self.session(session_id)
 

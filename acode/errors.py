@@ -27,6 +27,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     ├── StorageError               the database cannot be used                  exit 1
     │   ├── SchemaTooNewError      written by a newer acode                     exit 1
     │   ├── DatabaseDamagedError   empty, truncated or corrupt (ACODE-DB-003)   exit 1
+    │   ├── StoreUnavailableError  PostgreSQL store: no answer (DB-005) or refused (DB-006) exit 1
     │   └── RemoteUnavailable      the sync remote cannot be used for now       exit 1
     ├── EnvironmentFaultError      a full disk, a read-only file system (ENV-*) exit 1
     ├── ArchiveError               an archive refused by import (ARCHIVE-*)     exit 1
@@ -76,6 +77,7 @@ __all__ = [
     "SessionPrunedError",
     "StepFailedError",
     "StorageError",
+    "StoreUnavailableError",
     "StoreUrlError",
     "TerminalStateError",
     "TooOldForAutopilotError",
@@ -118,6 +120,8 @@ class ErrorCode(StrEnum):
     SCHEMA_TOO_NEW = "ACODE-DB-002"
     DATABASE_DAMAGED = "ACODE-DB-003"
     STORE_URL = "ACODE-DB-004"
+    STORE_UNREACHABLE = "ACODE-DB-005"
+    STORE_REFUSED = "ACODE-DB-006"
     WORK_COOKIE = "ACODE-WORK-001"
     WORK_CONTRACT = "ACODE-WORK-002"
     WORK_NOT_FOUND = "ACODE-WORK-003"
@@ -264,6 +268,14 @@ class DatabaseDamagedError(StorageError):
     truncated, or corrupt. acode never writes over it."""
 
     code = ErrorCode.DATABASE_DAMAGED
+
+
+class StoreUnavailableError(StorageError):
+    """The PostgreSQL store (``store.url``) cannot be used: its server does not answer
+    (the machine's or the network's fault, ACODE-DB-005), or it refuses the login or the
+    database (ACODE-DB-006). Its messages name the server without a password."""
+
+    code = ErrorCode.STORE_UNREACHABLE
 
 
 class RemoteUnavailable(StorageError):

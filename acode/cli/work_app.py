@@ -52,7 +52,7 @@ def _ws(option: Path | None) -> Workspace:
     from acode.work.sessions import repair
 
     ws = open_workspace(workspace_dir(option))
-    if ws.paths.db.exists():
+    if ws.config.store.url is not None or ws.paths.db.exists():
         repair(ws)
     return ws
 

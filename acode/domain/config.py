@@ -33,6 +33,7 @@ __all__ = [
     "ResumeSettings",
     "RetentionSettings",
     "RunSettings",
+    "StoreSettings",
     "SyncSettings",
     "config_dict_hash",
     "config_hash",
@@ -126,10 +127,18 @@ class SyncSettings:
 @dataclass(frozen=True)
 class FleetSettings:
     """The PostgreSQL queue of `acode queue` and `acode worker` (``fleet:``); a null
-    ``url`` falls back to ``sync.remote``."""
+    ``url`` falls back to ``store.url``, then to ``sync.remote``."""
 
     url: str | None = None
     lease_seconds: float = 30.0  # a worker that stops renewing loses its items after this
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where the workspace's sessions are stored (``store:``): None, the SQLite file
+    .agent/state/acode.db; a ``postgresql://`` URL, that database (docs/fleet.md)."""
+
+    url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +190,7 @@ class AcodeConfig:
     run: RunSettings = field(default_factory=RunSettings)
     sync: SyncSettings = field(default_factory=SyncSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     log: LogSettings = field(default_factory=LogSettings)
     handoff: HandoffSettings = field(default_factory=HandoffSettings)
@@ -305,6 +315,28 @@ def _http_url() -> _Rule:
     return _Rule(expected="an http:// or https:// URL", parse=parse)
 
 
+_STORE_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _store_url() -> _Rule:
+    def parse(value: object) -> object:
+        if value is None:
+            return None
+        # A "#" would start the URL's fragment, where what follows it is lost (a password
+        # holding one writes it %23).
+        text = str(value)
+        ok = _is_text(value) and text.startswith(_STORE_SCHEMES) and not {" ", "#"} & set(text)
+        return value if ok else _INVALID
+
+    # A URL may carry a password: never echoed back into an error message.
+    return _Rule(
+        expected="a postgresql:// URL (postgresql://USER@HOST:PORT/DATABASE, a # in the "
+        "password written %23) or null (null: the SQLite file .agent/state/acode.db)",
+        parse=parse,
+        echo=False,
+    )
+
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -410,6 +442,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
     ),
     "sync": (SyncSettings, {"remote": _optional_text()}),
     "fleet": (FleetSettings, {"url": _optional_text(), "lease_seconds": _lease()}),
+    "store": (StoreSettings, {"url": _store_url()}),
     "log": (LogSettings, {"max_bytes": _positive_int(), "keep": _positive_int()}),
     "handoff": (HandoffSettings, {"remote": _git_remote(), "push": _boolean()}),
     "retention": (

@@ -11,6 +11,9 @@ Environment variables (an empty value counts as unset):
     which is better kept out of a file).
 ``ACODE_FLEET_URL``
     replaces ``fleet.url``: the PostgreSQL URL of the work queue (`acode queue`, `acode worker`).
+``ACODE_STORE_URL``
+    replaces ``store.url``: the PostgreSQL database that stores the sessions (its password
+    too is better kept out of a file).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ ENV_OVERRIDES: Mapping[str, tuple[str, str]] = {
     "ACODE_MODEL_NAME": ("model", "name"),
     "ACODE_SYNC_DSN": ("sync", "remote"),
     "ACODE_FLEET_URL": ("fleet", "url"),
+    "ACODE_STORE_URL": ("store", "url"),
 }
 
 # Every key with its default, so that a person sees what can be changed. A test keeps it
@@ -94,9 +98,16 @@ sync:
                                         # (env ACODE_SYNC_DSN overrides)
 
 fleet:                                  # `acode queue` and `acode worker` (docs/fleet.md)
-  url: null                             # PostgreSQL URL of the queue; null = sync.remote
+  url: null                             # PostgreSQL URL of the queue; null = store.url,
+                                        # else sync.remote
                                         # (env ACODE_FLEET_URL overrides)
   lease_seconds: 30                     # a worker that stops renewing loses its items after this
+
+store:
+  url: null                             # postgresql://USER@HOST:PORT/DATABASE keeps the
+                                        # sessions there (docs/fleet.md); null = the SQLite
+                                        # file .agent/state/acode.db
+                                        # (env ACODE_STORE_URL overrides)
 
 handoff:                                # the work tree travels by git (docs/fleet.md)
   remote: null                          # a git remote of the workspace, e.g. origin; null = off
@@ -106,7 +117,7 @@ log:                                    # the JSON log, .agent/state/logs/acode.
   max_bytes: 10485760                   # a file's size before it rotates
   keep: 5                               # rotated files kept (acode.jsonl.1 ...)
 
-retention:                              # what `acode session prune` removes with no flags
+retention:                              # applied as sessions end; `acode session prune` too
   completed_days: null                  # completed sessions older than this many days
   failed_days: null                     # failed ones
   cancelled_days: null                  # cancelled and discarded ones

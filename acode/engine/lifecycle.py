@@ -17,6 +17,7 @@ from acode.domain.config import (
     HandoffSettings,
     LogSettings,
     RetentionSettings,
+    StoreSettings,
     SyncSettings,
     config_hash,
     config_to_dict,
@@ -25,9 +26,10 @@ from acode.domain.events import EventType, canonical_json
 from acode.domain.ids import uuid7
 from acode.domain.states import SessionState, is_terminal
 from acode.engine.config import load_config
-from acode.errors import SessionNotFoundError, StorageError
+from acode.engine.store_choice import configured_store_url
+from acode.errors import ConfigError, SessionNotFoundError, StorageError
 from acode.security.signing import load_signer
-from acode.store.base import EventStore, open_store
+from acode.store.base import EventStore, open_store, workspace_url
 from acode.system.clock import Clock, SystemClock
 from acode.system.log import set_log_limits
 from acode.system.private_dirs import check_state_dir
@@ -50,6 +52,7 @@ __all__ = [
     "open_handoff",
     "open_session",
     "open_workspace",
+    "open_workspace_store",
     "session_config",
     "start_session",
     "take_lock",
@@ -69,6 +72,7 @@ def open_workspace(workspace: Path | str = ".", config: AcodeConfig | None = Non
     root = Path(workspace).resolve()
     paths = StatePaths(root)
     cfg = config if config is not None else load_config(root)
+    _refuse_mirror_of_postgres(cfg)
     paths.check_database()
     with suppress(FileExistsError):  # a link or a file there: refused below
         paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -82,7 +86,8 @@ def existing_workspace(workspace: Path | str = ".", config: AcodeConfig | None =
     """The workspace, for commands that act on recorded sessions: where none was ever
     recorded, say so rather than create acode's state there."""
     root = Path(workspace).resolve()
-    if not StatePaths(root).db.exists():
+    url = config.store.url if config is not None else configured_store_url(root)
+    if url is None and not StatePaths(root).db.exists():
         raise SessionNotFoundError(
             f"no acode sessions in {root}",
             hint="run the command in the workspace of the session, or pass --workspace DIR",
@@ -90,15 +95,38 @@ def existing_workspace(workspace: Path | str = ".", config: AcodeConfig | None =
     return open_workspace(root, config)
 
 
+def open_workspace_store(ws: Workspace) -> EventStore:
+    """The store of the workspace's sessions: its SQLite file, or the PostgreSQL database
+    of ``store.url``, where it sees its own sessions alone (as in a file of its own)."""
+    url = ws.config.store.url
+    if url is None:
+        return open_store(ws.paths.db, ws.config.durability)
+    return open_store(workspace_url(url, str(ws.root)), ws.config.durability)
+
+
+def _refuse_mirror_of_postgres(config: AcodeConfig) -> None:
+    # The mirror pushes the events of the SQLite file (acode/sync); with the sessions in
+    # PostgreSQL there is nothing there to push, and they are on a server already.
+    if config.store.url is not None and config.sync.remote is not None:
+        raise ConfigError(
+            "store.url and sync.remote are both set: the sessions are stored in PostgreSQL, "
+            "and the remote mirror copies only a SQLite store's",
+            hint="unset sync.remote (or ACODE_SYNC_DSN) to keep the sessions in PostgreSQL, "
+            "or store.url (or ACODE_STORE_URL) to keep them in .agent/state/acode.db with "
+            "the mirror",
+        )
+
+
 def session_config(config: AcodeConfig) -> AcodeConfig:
     """The configuration as a session records it and resume compares it: where the
-    workspace mirrors its sessions, and the queue its workers take them from, are not
-    part of what a session does (and their URLs may hold a password), so they are left
-    out, as are the size of the log, where its work tree is pushed and how long ended
+    workspace stores and mirrors its sessions, and the queue its workers take them from,
+    are not part of what a session does (and their URLs may hold a password), so they are
+    left out, as are the size of the log, where its work tree is pushed and how long ended
     sessions stay."""
     return replace(
         config,
         sync=SyncSettings(),
+        store=StoreSettings(),
         fleet=FleetSettings(),
         log=LogSettings(),
         handoff=HandoffSettings(),
@@ -182,7 +210,7 @@ def start_session(
     session_id = uuid7(clock.now_us() // 1000, clock.random_bytes(10))
     kind = ledger or _kind(plan, agent_task)
     with ExitStack() as cleanup:
-        store = open_store(ws.paths.db, ws.config.durability)
+        store = open_workspace_store(ws)
         cleanup.callback(store.close)
         lock = take_lock(ws, session_id, clock)
         cleanup.callback(lock.release)

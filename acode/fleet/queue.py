@@ -102,11 +102,12 @@ class LeaseLost(Exception):
 
 
 def fleet_url(config: AcodeConfig) -> str:
-    """The queue's PostgreSQL URL: ``fleet.url`` (``ACODE_FLEET_URL``), else the mirror's."""
-    url = config.fleet.url or config.sync.remote
+    """The queue's PostgreSQL URL: ``fleet.url`` (``ACODE_FLEET_URL``), else the session
+    store's, else the mirror's."""
+    url = config.fleet.url or config.store.url or config.sync.remote
     if not url:
         raise ConfigError(
-            "no work queue configured: fleet.url (or sync.remote) is not set",
+            "no work queue configured: fleet.url (or store.url, or sync.remote) is not set",
             hint="export ACODE_FLEET_URL=postgresql://user@host/db, or set fleet.url in "
             ".agent/config.yml (docs/fleet.md)",
         )

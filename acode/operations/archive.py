@@ -116,10 +116,16 @@ def write_archive(
 
 
 def archive_lines(
-    store: EventStore, row: SessionRow, key_id: str, counts: dict[str, int]
+    store: EventStore,
+    row: SessionRow,
+    key_id: str,
+    counts: dict[str, int],
+    workspace: str | None = None,
 ) -> Iterator[bytes]:
     """The archive's lines but its MAC: the header, then the body. ``counts`` is filled
-    with what it holds before the header is made."""
+    with what it holds before the header is made. ``workspace``: the one the session's
+    line names instead of the stored one (an import comparing a session that a
+    PostgreSQL store recorded under the importing workspace with its archive)."""
     from importlib.metadata import version
 
     from acode.store.base import schema_version
@@ -169,7 +175,7 @@ def archive_lines(
             "id": stored.id,
             "title": stored.title,
             "state": stored.state,
-            "workspace": stored.workspace,
+            "workspace": stored.workspace if workspace is None else workspace,
             "parent_id": stored.parent_id,
             "kind": stored.kind,
             "config": stored.config,

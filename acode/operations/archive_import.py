@@ -56,15 +56,16 @@ class Imported(NamedTuple):
 
 def import_archive(workspace: Path, path: Path) -> Imported:
     """Verify the archive at ``path``, then bring its session into the workspace's store."""
-    from acode.engine.lifecycle import open_workspace
+    from acode.engine.lifecycle import open_workspace, open_workspace_store
     from acode.security.signing import load_signer
 
     signer = load_signer()
     header = check_archive(path, signer)  # before the workspace's state is even made
     ws = open_workspace(workspace)
-    store = open_store(ws.paths.db, ws.config.durability)
+    store = open_workspace_store(ws)
     try:
-        # The scratch database sits beside the store: private, and on the same disk.
+        # The scratch database is SQLite whatever the workspace's store: private, beside
+        # the state, and on the same disk.
         with tempfile.TemporaryDirectory(prefix=".import-", dir=ws.paths.state_dir) as scratch_dir:
             scratch = open_store(Path(scratch_dir) / "scratch.db", "normal")
             try:
@@ -80,7 +81,7 @@ def import_archive(workspace: Path, path: Path) -> Imported:
                         if existing is None:
                             raise
                 if existing is not None:
-                    return _present(store, existing, body, path, header)
+                    return _present(store, existing, verified.workspace, body, path, header)
             finally:
                 scratch.close()
     finally:
@@ -214,12 +215,19 @@ def _verify_every_checkpoint(store: EventStore, row: SessionRow, signer: Signer)
 
 
 def _present(
-    store: EventStore, existing: SessionRow, body: bytes, path: Path, header: Header
+    store: EventStore,
+    existing: SessionRow,
+    workspace: str,
+    body: bytes,
+    path: Path,
+    header: Header,
 ) -> Imported:
     """The store holds the session already: identical to the archive, that is done
-    (an import run again); otherwise it is refused, whichever is newer."""
+    (an import run again); otherwise it is refused, whichever is newer. Its workspace
+    (``workspace``, the archive's) is not compared: a PostgreSQL store records an
+    imported session under the workspace that imported it."""
     digest = hashlib.sha256()
-    lines = archive_lines(store, existing, header.key_id, {})
+    lines = archive_lines(store, existing, header.key_id, {}, workspace)
     next(lines)  # the header: it names the acode that made it
     for line in lines:
         digest.update(line)

@@ -23,7 +23,7 @@ from acode.engine.approval_view import GatedView, approval_subject, view_of
 from acode.engine.approvals import decision_payload, subject_hash
 from acode.engine.catalog import find_session, recorded_plan
 from acode.engine.journal import Journal
-from acode.engine.lifecycle import existing_workspace, take_lock
+from acode.engine.lifecycle import existing_workspace, open_workspace_store, take_lock
 from acode.errors import (
     AmbiguousSessionError,
     ApprovalChangedError,
@@ -31,7 +31,7 @@ from acode.errors import (
     UsageError,
 )
 from acode.security.signing import Signer, load_signer
-from acode.store.base import EventStore, open_store
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
 from acode.system.clock import SystemClock
 
@@ -131,7 +131,7 @@ def _waiting(
     clock = SystemClock()
     ws = existing_workspace(workspace)
     signer = load_signer()
-    store = open_store(ws.paths.db, ws.config.durability)
+    store = open_workspace_store(ws)
     try:
         row = _only_waiting(store) if id_or_prefix is None else find_session(store, id_or_prefix)
         with take_lock(ws, row.id, clock, label=row.short_id):

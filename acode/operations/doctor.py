@@ -56,7 +56,7 @@ def diagnose(workspace: Path, model_probe: ModelProbe) -> list[Check]:
     paths = StatePaths(workspace)
     checks = [python_check(), sqlite_check(), key_check(paths.db.exists())]
     checks += state_dir_checks(paths.state_dir, paths.locks)
-    database, backlog = database_check(paths.db)
+    database, backlog = _store_check(workspace) or database_check(paths.db)
     checks += [database, git_check(workspace)]
     config, loaded = config_check(workspace)
     checks.append(config)
@@ -204,6 +204,45 @@ def database_check(db: Path) -> tuple[Check, int | None]:
     return Check(
         "database", Status.OK, f"quick_check ok, schema version {health.schema}{older}"
     ), health.backlog
+
+
+def _store_check(workspace: Path) -> tuple[Check, None] | None:
+    """The PostgreSQL store's check, where ``store.url`` names one; None: the workspace's
+    sessions are in its SQLite file (or its configuration cannot be read, which the
+    config check reports)."""
+    from acode.engine.store_choice import configured_store_url
+
+    try:
+        url = configured_store_url(workspace)
+    except AcodeError:
+        return None
+    if url is None:
+        return None
+    return store_check(url, workspace), None
+
+
+def store_check(url: str, workspace: Path) -> Check:
+    from acode.store.base import store_health, workspace_url
+
+    try:
+        health = store_health(workspace_url(url, str(workspace.resolve())))
+    except AcodeError as exc:
+        return Check("database", Status.FAIL, exc.message)
+    if health.schema > health.latest:
+        return Check(
+            "database",
+            Status.FAIL,
+            f"{health.shown}: schema version {health.schema}, newer than this acode's "
+            f"{health.latest}",
+            "python3 -m pip install -U acode",
+        )
+    if health.schema == 0:
+        return Check("database", Status.OK, f"{health.shown}: no sessions yet")
+    older = " (upgraded at its next opening)" if health.schema < health.latest else ""
+    count = f"{health.sessions} session{'s' if health.sessions != 1 else ''} of this workspace"
+    return Check(
+        "database", Status.OK, f"{health.shown}: schema version {health.schema}{older}, {count}"
+    )
 
 
 def git_check(workspace: Path) -> Check:

@@ -14,12 +14,12 @@ from acode.domain.marks import Mark, check_label
 from acode.domain.states import SessionState, is_terminal
 from acode.engine.catalog import find_session
 from acode.engine.journal import Journal
-from acode.engine.lifecycle import Workspace, existing_workspace, take_lock
+from acode.engine.lifecycle import Workspace, existing_workspace, open_workspace_store, take_lock
 from acode.engine.marks import record_mark
 from acode.errors import NothingToResumeError, SessionLockedError, UsageError
 from acode.operations.inspection import read_store
 from acode.security.signing import load_signer
-from acode.store.base import EventStore, open_store
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
 from acode.system.clock import Clock, SystemClock
 from acode.system.locks import LockOwner, force_unlock, is_locked, read_owner
@@ -64,7 +64,7 @@ def locked_session(workspace: Path, id_or_prefix: str) -> Iterator[_Locked]:
     workspace, its store and its row as it is under the lock."""
     clock = SystemClock()
     ws = existing_workspace(workspace)
-    store = open_store(ws.paths.db, ws.config.durability)
+    store = open_workspace_store(ws)
     try:
         row = find_session(store, id_or_prefix)
         with take_lock(ws, row.id, clock, label=row.short_id):

@@ -3,10 +3,11 @@ state's size (``retention:``), as docs/retention.md describes.
 
 Two steps, so that another can stand between them (archiving each session first):
 :func:`select_sessions` reads which sessions go and which are kept and why, changing
-nothing; :func:`prune_sessions` removes a selection. The database part is one
-transaction (acode.store.sqlite.pruning); the files outside it (progress file, staging
-folder, lock file, snapshot refs) go after its commit, driven by each session's prune
-record, so a prune killed in between finishes at the next one.
+nothing; :func:`prune_sessions` removes a selection. The store's part is one
+transaction (acode.store.sqlite.pruning, acode.store.postgres.pruning); the files
+outside it (progress file, staging folder, lock file, snapshot refs) go after its
+commit, driven by each session's prune record, so a prune killed in between finishes at
+the next one.
 """
 
 from __future__ import annotations
@@ -27,10 +28,15 @@ from acode.domain.retention import (
     select,
     whole_families,
 )
-from acode.engine.lifecycle import Workspace, existing_workspace, take_lock
+from acode.engine.lifecycle import (
+    Workspace,
+    existing_workspace,
+    open_workspace_store,
+    take_lock,
+)
 from acode.errors import AcodeError, UsageError
 from acode.security.signing import Signer, load_signer
-from acode.store.base import EventStore, open_store
+from acode.store.base import EventStore
 from acode.store.records import PruneCost, SessionRow
 from acode.system.clock import Clock, SystemClock
 
@@ -128,7 +134,7 @@ def select_sessions(
     clock = clock or SystemClock()
     ws = existing_workspace(workspace)
     criteria = _criteria(ws, request, clock.now_us())
-    store = open_store(ws.paths.db, ws.config.durability)
+    store = open_workspace_store(ws)
     try:
         return _select(ws, store, criteria)
     finally:
@@ -165,6 +171,19 @@ def apply_retention(
     return prune_sessions(workspace, [i for i in selection.ids if i != ended], clock=clock)
 
 
+def _state_bytes(ws: Workspace, store: EventStore) -> int:
+    """The state's size as retention weighs it: the SQLite file and the progress files.
+    With the sessions in PostgreSQL there is no file of the workspace's to weigh: its
+    progress files and what pruning every session of the workspace would free in the
+    database (its rows, and the images no other session uses), the measure a prune's
+    freed bytes are told in."""
+    local = ws.paths.state_bytes()
+    if ws.config.store.url is None:
+        return local
+    cost = store.prune_cost(store.sessions())
+    return local + sum(cost.bytes.values()) + cost.blob_bytes
+
+
 def _criteria(ws: Workspace, request: PruneRequest, now_us: int) -> Criteria:
     if request.older_than_us is None and request.states is None:
         if not ws.config.retention.configured:
@@ -189,7 +208,7 @@ def _select(ws: Workspace, store: EventStore, criteria: Criteria) -> Selection:
         for r in rows.values()
         if (kind := category(r.state, r.archived)) is not None
     ]
-    state_bytes = ws.paths.state_bytes()
+    state_bytes = _state_bytes(ws, store)
     sizes: dict[str, int] = {}
     if criteria.max_bytes is not None:
         each = store.prune_cost([rows[p.id] for p in prunable])
@@ -333,9 +352,9 @@ def prune_sessions(
     clock = clock or SystemClock()
     ws = existing_workspace(workspace)
     signer = load_signer()
-    store = open_store(ws.paths.db, ws.config.durability)
+    store = open_workspace_store(ws)
     try:
-        before = ws.paths.state_bytes()
+        before = _state_bytes(ws, store)
         leftovers = _finish_file_removals(ws, store, signer)
         with ExitStack() as locks:
             rows = {r.id: r for r in store.sessions()}
@@ -387,7 +406,7 @@ def prune_sessions(
         )
         return PruneReport(
             selection=selection,
-            state_bytes_after=ws.paths.state_bytes(),
+            state_bytes_after=_state_bytes(ws, store),
             converted=reclaimed is not None and reclaimed.converted,
             vacuum_error=reclaimed.error if reclaimed is not None else None,
             leftovers=leftovers,

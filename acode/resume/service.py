@@ -38,6 +38,7 @@ from acode.engine.lifecycle import (
     Workspace,
     existing_workspace,
     open_handoff,
+    open_workspace_store,
     session_config,
     take_lock,
 )
@@ -65,7 +66,7 @@ from acode.resume.environment import (
     since_pause,
 )
 from acode.security.signing import load_signer
-from acode.store.base import EventStore, open_store
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
 from acode.system.clock import Clock, SystemClock
 from acode.system.log import log_event
@@ -584,7 +585,7 @@ def preview_resume(
     changed. ``verify`` replays the whole history first (`--verify`)."""
     began = time.time_ns()
     ws = _existing(workspace, None)
-    store = open_store(ws.paths.db, ws.config.durability)
+    store = open_workspace_store(ws)
     try:
         return _preview_in(store, ws, id_or_prefix, clock or SystemClock(), verify, began)
     finally:
@@ -787,7 +788,7 @@ def _resume(
 
     signer = load_signer()
     with ExitStack() as cleanup:
-        store = open_store(ws.paths.db, ws.config.durability)
+        store = open_workspace_store(ws)
         cleanup.callback(store.close)
         row = select_for_resume(store, id_or_prefix)
         held_by_us = _held_by_us(ws, row.id)

@@ -2,11 +2,12 @@
 
 A `run` step, a command the model runs, a `check:` command, an engine CLI and git (with
 the hooks it runs) are programs acode does not vouch for. Whoever reads the checkpoint
-key can sign a forged history; whoever reads the remote's URL has its password. So
-:func:`child_environment` leaves both out, and every place that starts a process builds
-its environment with it (tests/security/test_child_environment.py checks that each one
-does). The only exception is acode itself run as a work session's engine, which needs
-the key to sign its own session (acode.work.runner).
+key can sign a forged history; whoever reads the remote's URL, or the PostgreSQL
+store's, has its password. So :func:`child_environment` leaves them out, and every place
+that starts a process builds its environment with it
+(tests/security/test_child_environment.py checks that each one does). The only exception
+is acode itself run as a work session's engine, which needs the key to sign its own
+session (acode.work.runner).
 
 Everything else of the caller's environment is passed on, the model's API key variable
 (``model.api_key_env``) included: it is the user's own setting, which their shell gives
@@ -23,9 +24,10 @@ from collections.abc import Mapping
 
 __all__ = ["KEY_WITHHELD_ENV", "WITHHELD", "child_environment", "scrub_own_environment"]
 
-# The checkpoint key (acode.security.signing.SECRET_ENV) and the remote's URL with its
-# password, and the fleet queue's (acode.engine.config.ENV_OVERRIDES).
-WITHHELD = ("ACODE_CHECKPOINT_SECRET", "ACODE_SYNC_DSN", "ACODE_FLEET_URL")
+# The checkpoint key (acode.security.signing.SECRET_ENV), and the URLs with their
+# passwords of the remote, the store and the fleet's queue
+# (acode.engine.config.ENV_OVERRIDES).
+WITHHELD = ("ACODE_CHECKPOINT_SECRET", "ACODE_SYNC_DSN", "ACODE_STORE_URL", "ACODE_FLEET_URL")
 # Set in a child's environment when the key was withheld from it: an acode run there
 # then says so instead of creating a key file of its own (acode.security.signing).
 KEY_WITHHELD_ENV = "ACODE_KEY_WITHHELD"

@@ -3,8 +3,9 @@
 ``EventStore`` is every operation the engine, resume, sync, agent and work layers use,
 typed with the domain's values and the rows of ``acode.store.records``; none of them
 names a backend, a connection or SQL. ``open_store`` picks the backend from a URL:
-``sqlite:///path`` (or a plain path, the default) today. A backend keeps its own layout
-(row keys, SQL, transactions) in its own folder, ``store/sqlite/`` for SQLite, and runs
+``sqlite:///path`` (or a plain path, the default), or ``postgresql://...``. A backend
+keeps its own layout (row keys, SQL, transactions) in its own folder, ``store/sqlite/``
+for SQLite, ``store/postgres/`` for PostgreSQL, and runs
 ``tests/store/contract.py`` (docs/architecture.md, "How to add a store backend").
 """
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from acode.domain.events import Event, EventType
     from acode.domain.reducer import StepRecord
     from acode.store.archive_records import ArchivedEvent, ArchivedFile, SessionImport
+    from acode.store.postgres.health import StoreHealth
     from acode.store.records import (
         Backlog,
         CheckpointRow,
@@ -37,7 +39,16 @@ if TYPE_CHECKING:
     from acode.store.sqlite.health import DatabaseHealth
     from acode.store.sqlite.pruning import Reclaimed
 
-__all__ = ["Durability", "EventStore", "database_health", "open_store", "schema_version"]
+__all__ = [
+    "SCOPE_PARAMETER",
+    "Durability",
+    "EventStore",
+    "database_health",
+    "open_store",
+    "schema_version",
+    "store_health",
+    "workspace_url",
+]
 
 # ``full``: every commit survives power loss; ``normal``: the last ones may not (never a
 # process crash), for writes that can be lost, such as the sync bookkeeping.
@@ -276,10 +287,28 @@ class EventStore(Protocol):
         """Give the space pruned rows held back to the file system."""
 
 
+# The query parameter of a shared store's URL that narrows it to one workspace's sessions
+# (acode's own: the PostgreSQL store takes it out before the URL reaches libpq).
+SCOPE_PARAMETER = "acode_workspace"
+
+
+def workspace_url(url: str, workspace: str) -> str:
+    """The URL of the store that many workspaces share at ``url``, as ``workspace`` sees
+    it: its own sessions alone, as in a SQLite file of its own. The parameter is acode's
+    alone: one already in ``url`` is replaced, never trusted."""
+    import re
+    from urllib.parse import quote
+
+    url = re.sub(rf"(?<=[?&]){SCOPE_PARAMETER}=[^&]*&?", "", url).rstrip("?&")
+    return f"{url}{'&' if '?' in url else '?'}{SCOPE_PARAMETER}={quote(workspace, safe='')}"
+
+
 def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> EventStore:
     """The store at ``url``: ``sqlite:///path/to/acode.db``, or a path, which is SQLite
-    (the default). ``StoreUrlError`` names a URL no backend takes. Each backend is
-    imported here, when it is asked for."""
+    (the default); or ``postgresql://USER@HOST:PORT/DATABASE`` (acode.store.postgres),
+    whose ``acode_workspace`` parameter, when given, names the one workspace whose
+    sessions the store serves. ``StoreUrlError`` names a URL no backend takes. Each
+    backend is imported here, when it is asked for."""
     if isinstance(url, os.PathLike) or "://" not in url:
         return _sqlite(Path(url), durability)
     from urllib.parse import unquote, urlsplit
@@ -296,6 +325,10 @@ def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> 
                 f"the store URL {_shown(url)!r} is not a SQLite URL acode takes", hint=_HINT
             )
         return _sqlite(Path(unquote(parts.path)), durability)
+    if parts.scheme in ("postgresql", "postgres"):
+        from acode.store.postgres.store import PostgresStore
+
+        return PostgresStore.open(url, durability)
     kind = f"{parts.scheme}://" if parts.scheme else "no scheme"
     raise StoreUrlError(
         f"the store URL {_shown(url)!r} names a kind of store acode does not know ({kind})",
@@ -305,7 +338,8 @@ def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> 
 
 _HINT = (
     "give the SQLite file as sqlite:/// and its absolute path "
-    "(sqlite:///home/me/project/.agent/state/acode.db), or as a plain path"
+    "(sqlite:///home/me/project/.agent/state/acode.db), or as a plain path; "
+    "a PostgreSQL store as postgresql://USER@HOST:PORT/DATABASE"
 )
 
 
@@ -329,6 +363,14 @@ def database_health(path: Path) -> DatabaseHealth:
     from acode.store.sqlite.health import database_health as sqlite_health
 
     return sqlite_health(path)
+
+
+def store_health(url: str) -> StoreHealth:
+    """What `acode doctor` reads of the PostgreSQL store at ``url``, changing nothing: its
+    schema version and its sessions (acode.store.postgres.health)."""
+    from acode.store.postgres.health import store_health as postgres_health
+
+    return postgres_health(url)
 
 
 def schema_version() -> int:

@@ -19,12 +19,12 @@ from acode.domain.events import EventType
 from acode.domain.states import SessionState
 from acode.engine.history import History
 from acode.engine.journal import Journal
-from acode.engine.lifecycle import Workspace, take_lock
+from acode.engine.lifecycle import Workspace, open_workspace_store, take_lock
 from acode.engine.session import Session
 from acode.engine.sync_link import open_sync_link
 from acode.errors import SessionLockedError
 from acode.security.signing import Signer, load_signer
-from acode.store.base import EventStore, open_store
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
 from acode.system.clock import SystemClock
 from acode.system.locks import SessionLock
@@ -41,7 +41,7 @@ def append_to(ws: Workspace, session_id: str, *, wait_seconds: float = 10.0) -> 
     clock = SystemClock()
     signer = load_signer()
     with ExitStack() as cleanup:
-        store = open_store(ws.paths.db, ws.config.durability)
+        store = open_workspace_store(ws)
         cleanup.callback(store.close)
         row = store.session(session_id)
         lock = _wait_for_lock(ws, row.id, row.short_id, wait_seconds)

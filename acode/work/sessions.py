@@ -33,7 +33,7 @@ from acode.domain.work import (
     parse_summary,
 )
 from acode.engine.journal import Journal
-from acode.engine.lifecycle import Workspace, now_iso, start_session
+from acode.engine.lifecycle import Workspace, now_iso, open_workspace_store, start_session
 from acode.engine.session import journal_of
 from acode.errors import (
     AcodeError,
@@ -47,7 +47,7 @@ from acode.errors import (
 )
 from acode.security.redaction import redact, redact_json
 from acode.security.signing import Signer, load_signer
-from acode.store.base import EventStore, open_store
+from acode.store.base import EventStore
 from acode.store.records import SessionRow
 from acode.system.beneath import Beneath
 from acode.system.clock import SystemClock
@@ -118,7 +118,7 @@ def _now() -> str:
 
 
 def _store(ws: Workspace) -> EventStore:
-    return open_store(ws.paths.db, ws.config.durability)
+    return open_workspace_store(ws)
 
 
 def _work_row(store: EventStore, id_or_prefix: str) -> SessionRow:

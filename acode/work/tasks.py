@@ -19,10 +19,9 @@ from typing import Any
 from acode.domain.json_text import read_json
 from acode.domain.paths import text_problem
 from acode.domain.work import Task, TaskStatus, next_task_id, parse_task
-from acode.engine.lifecycle import Workspace, now_iso, start_session
+from acode.engine.lifecycle import Workspace, now_iso, open_workspace_store, start_session
 from acode.engine.session import Session, journal_of
 from acode.errors import UsageError, WorkNotFoundError
-from acode.store.base import open_store
 from acode.system.beneath import Beneath
 from acode.system.clock import SystemClock
 from acode.system.user_files import read_user_file
@@ -51,7 +50,7 @@ def _ledger_id(ws: Workspace) -> str:
     """The workspace's task ledger, created on first use (under a lock of its own, so
     two first commands make one ledger)."""
     with held(ws, _LEDGER_LOCK):
-        store = open_store(ws.paths.db, ws.config.durability)
+        store = open_workspace_store(ws)
         try:
             found = [r for r in store.sessions() if r.kind == _LEDGER_KIND]
         finally:

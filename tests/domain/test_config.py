@@ -251,6 +251,27 @@ def test_the_log_section_sets_the_size_of_the_json_log() -> None:
     assert "log.max_size: unknown key" in refused({"log": {"max_size": 1}})
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://me:SECRET123@db/acode",
+        "sqlite:///tmp/acode.db",
+        "postgresql://me:SECRET123@ db/x",
+        "postgresql://me:SECRET#123@db/x",
+    ],
+)
+def test_a_store_url_that_is_not_postgresql_is_refused_without_echoing_it(url: str) -> None:
+    message = refused({"store": {"url": url}})
+    assert "store.url: expected a postgresql:// URL" in message
+    assert "SECRET123" not in message
+
+
+def test_a_postgresql_store_url_is_taken() -> None:
+    url = "postgresql://me@db.example:5432/acode"
+    assert parse_config({"store": {"url": url}}, SOURCE).store.url == url
+    assert parse_config({"store": {"url": None}}, SOURCE).store.url is None
+
+
 def test_the_handoff_section_names_a_git_remote() -> None:
     cfg = parse_config({"handoff": {"remote": "team.mirror-1", "push": False}}, "f.yml")
 

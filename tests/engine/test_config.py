@@ -7,6 +7,7 @@ import yaml
 
 from acode.domain.config import AcodeConfig, ModelSettings, config_to_dict
 from acode.engine.config import CONFIG_RELATIVE, load_config, write_default_config
+from acode.engine.store_choice import CONFIG_FILE, configured_store_url
 from acode.errors import ConfigError
 
 
@@ -119,3 +120,27 @@ def test_an_existing_config_is_never_overwritten(tmp_path: Path) -> None:
     path = write_config(tmp_path, "model:\n  name: mine\n")
     assert write_default_config(tmp_path) == path
     assert path.read_text(encoding="utf-8") == "model:\n  name: mine\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "expected"),
+    [
+        (None, {}, None),
+        ("model: {name: x}\n", {}, None),
+        ("store:\n  url: postgresql://me@db/acode\n", {}, "postgresql://me@db/acode"),
+        (
+            "store: {url: postgresql://me@db/a}\n",
+            {"ACODE_STORE_URL": "postgres://e@h/b"},
+            "postgres://e@h/b",
+        ),
+        (None, {"ACODE_STORE_URL": "postgresql://e@h/b"}, "postgresql://e@h/b"),
+    ],
+)
+def test_the_store_url_is_read_as_load_config_reads_it(
+    tmp_path: Path, text: str | None, environ: dict[str, str], expected: str | None
+) -> None:
+    if text is not None:
+        write_config(tmp_path, text)
+    assert configured_store_url(tmp_path, environ=environ) == expected
+    assert load_config(tmp_path, environ=environ).store.url == expected
+    assert CONFIG_FILE == CONFIG_RELATIVE

@@ -19,9 +19,9 @@ import pytest
 
 from tests.support.postgres import PgServer, scratch_database
 from tests.support.tcp_proxy import Proxy
-from tests.sync.conftest import SECRET, pg_server
+from tests.sync.conftest import SECRET
 
-__all__ = ["pg_server"]
+__all__: list[str] = []
 
 ACODE = str(Path(sys.executable).with_name("acode"))
 LEASE_SECONDS = 2

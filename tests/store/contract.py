@@ -4,8 +4,9 @@
 (tests/store/test_contract.py), as huey's ``StorageTests`` and LangGraph's checkpoint
 conformance suite are run. The ``backend`` fixture is parametrised by ``BACKENDS``: each
 entry opens stores of one kind, every call another connection to the same store, so that
-two writers can meet. SQLite is the only entry today; PostgreSQL joins it with its
-backend (issue 22).
+two writers can meet: SQLite, in a file of the test's folder, and PostgreSQL, in a
+database of its own in the real server of tests/conftest.py (``pg_server``), which is
+started only when a PostgreSQL case runs.
 
 The values written here are made by hand, without the engine, but for the last tests,
 which drive the journal through the store as a session does: what the engine reads
@@ -19,6 +20,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,11 +42,29 @@ from acode.store.records import (
     SyncStateRow,
 )
 
-# A backend: given a fresh directory, a function that opens another connection to the
-# one store it names.
+# A backend: given the test (for its fixtures) and a fresh directory, a function that
+# opens another connection to the one store it names, for as long as the test runs.
 Opener = Callable[[], EventStore]
-BACKENDS: dict[str, Callable[[Path], Opener]] = {
-    "sqlite": lambda directory: lambda: open_store(f"sqlite://{directory / 'acode.db'}"),
+
+
+@contextmanager
+def _sqlite(request: pytest.FixtureRequest, directory: Path) -> Iterator[Opener]:
+    yield lambda: open_store(f"sqlite://{directory / 'acode.db'}")
+
+
+@contextmanager
+def _postgres(request: pytest.FixtureRequest, directory: Path) -> Iterator[Opener]:
+    from tests.support.postgres import PgServer, scratch_database
+
+    server: PgServer = request.getfixturevalue("pg_server")
+    with scratch_database(server) as name:
+        url = server.store_url(name)
+        yield lambda: open_store(url)
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], AbstractContextManager[Opener]]] = {
+    "sqlite": _sqlite,
+    "postgres": _postgres,
 }
 
 _MS = 1_790_000_000_000  # a moment in 2026, in milliseconds
@@ -90,15 +110,18 @@ class EventStoreContract:
     @pytest.fixture(params=sorted(BACKENDS))
     def backend(self, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
         opened: list[EventStore] = []
+        with BACKENDS[request.param](request, tmp_path) as opener:
 
-        def another() -> EventStore:
-            store = BACKENDS[request.param](tmp_path)()
-            opened.append(store)
-            return store
+            def another() -> EventStore:
+                store = opener()
+                opened.append(store)
+                return store
 
-        yield another
-        for store in opened:
-            store.close()
+            try:
+                yield another
+            finally:
+                for store in opened:
+                    store.close()
 
     @pytest.fixture
     def store(self, backend: Opener) -> EventStore:
@@ -452,6 +475,84 @@ class EventStoreContract:
             store.import_session(imported._replace(files=failing()))
         assert [r.id for r in store.sessions()] == [row.id]
         assert store.stored_session(_id(8)) is None
+
+    # -- pruning whole sessions ------------------------------------------------------------
+
+    def sharing(self, store: EventStore, n: int, *images: bytes) -> SessionRow:
+        """A completed session whose last event names each of ``images`` (stored)."""
+        row = self.new_session(store, n, events=2)
+        shas = [hashlib.sha256(data).hexdigest() for data in images]
+        store.commit(
+            row.sid,
+            _commit(
+                [_event(3, position=3, step="s3", result=shas)],
+                state="COMPLETED",
+                messages=[_message(0, '"hi"', 3)],
+                step_ids=["s2"],
+                blobs=list(zip(shas, images, strict=True)),
+            ),
+        )
+        return store.session(row.id)
+
+    def test_a_prune_removes_whole_sessions_and_the_images_only_they_used(
+        self, store: EventStore
+    ) -> None:
+        shared, own = b"shared image", b"own image"
+        gone = self.sharing(store, 1, shared, own)
+        stays = self.sharing(store, 2, shared)
+        cost = store.prune_cost([gone])
+        assert cost.events == {gone.id: 3}
+        assert cost.bytes[gone.id] > 0
+        assert cost.blobs == 1  # the shared image stays
+        assert cost.blob_bytes > 0
+        alone = store.prune_cost([gone, stays]).own_images
+        assert alone[gone.id] > 0
+        assert alone[stays.id] == 0  # its one image is the other's too
+
+        records = store.prune([gone], now_us=7, key_id="key-1", sign=lambda m: m[-4:], files_left=1)
+        (record,) = records
+        assert (record.id, record.state, record.pruned_at) == (gone.id, "COMPLETED", 7)
+        assert record.last_seq == 3
+        assert record.last_hash == (3).to_bytes(16, "big")
+        assert [r.id for r in store.sessions()] == [stays.id]
+        assert store.stored_session(gone.id) is None
+        assert store.stored_events(gone.sid, 0, -1) == []
+        assert store.messages(gone.sid) == []
+        assert store.step_id_ledger(gone.sid) == set()
+        sha_shared, sha_own = (hashlib.sha256(d).hexdigest() for d in (shared, own))
+        assert store.held_blobs([sha_shared, sha_own]) == [sha_shared]
+        assert [e.seq for e in store.events(stays)] == [1, 2, 3]
+
+        assert store.pruned_with_prefix(gone.id[:8]) == records
+        assert store.pruned_with_prefix(stays.id) == []
+        assert store.pending_file_removals() == records
+        store.files_removed(gone.id)
+        assert store.pending_file_removals() == []
+        assert store.pruned_with_prefix(gone.id)[0].files_left == 0
+        assert store.reclaim_space().error is None
+
+    def test_a_prune_of_nothing_changes_nothing(self, store: EventStore) -> None:
+        row = self.sharing(store, 1, b"image")
+        assert store.prune([], now_us=1, key_id="k", sign=bytes, files_left=1) == []
+        assert [r.id for r in store.sessions()] == [row.id]
+        assert store.pending_file_removals() == []
+
+    def test_a_prune_that_fails_half_way_removes_nothing(self, store: EventStore) -> None:
+        first, second = self.sharing(store, 1, b"one"), self.sharing(store, 2, b"two")
+        signed: list[bytes] = []
+
+        def sign(message: bytes) -> bytes:
+            if signed:
+                raise StorageError("the key went away")
+            signed.append(message)
+            return b"tag"
+
+        with pytest.raises(StorageError, match="went away"):
+            store.prune([first, second], now_us=1, key_id="k", sign=sign, files_left=1)
+        assert sorted(r.id for r in store.sessions()) == sorted([first.id, second.id])
+        assert [e.seq for e in store.events(first)] == [1, 2, 3]
+        assert store.pruned_with_prefix(first.id) == []
+        assert len(store.held_blobs([hashlib.sha256(b"one").hexdigest()])) == 1
 
     # -- two writers -------------------------------------------------------------------
 

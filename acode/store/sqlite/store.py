@@ -14,17 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acode.domain.events import Event, EventType
-from acode.domain.ids import SHORT_ID_LENGTH, uuid_bytes, uuid_text
-from acode.domain.reducer import (
-    STEP_EVENT_TYPES,
-    StepRecord,
-    StepStatus,
-    decode_summary,
-    fold,
-    step_record,
-    step_status,
-)
-from acode.errors import CheckpointError, ErrorCode, StorageError
+from acode.domain.ids import uuid_bytes, uuid_text
+from acode.domain.reducer import STEP_EVENT_TYPES, StepRecord, step_record, step_status
+from acode.errors import StorageError
 from acode.store.base import Durability
 from acode.store.records import (
     CheckpointRow,
@@ -34,6 +26,15 @@ from acode.store.records import (
     FileTouch,
     MessageRow,
     SessionRow,
+)
+from acode.store.rows import (
+    checkpoint_position,
+    derived_summary,
+    event_from_row,
+    event_id_text,
+    signature_hex,
+    step_from_row,
+    step_records,
 )
 from acode.store.sqlite.blobs import INSERT_BLOB, compress, get_blob
 from acode.store.sqlite.connection import atomic, connect, write_error
@@ -210,79 +211,6 @@ INSERT_MESSAGE = "INSERT INTO messages (sid, idx, role, content, seq) VALUES (?,
 SELECT_MESSAGES = "SELECT idx, role, content, seq FROM messages WHERE sid = ? ORDER BY idx"
 
 
-_STATUS = {status.value: status for status in StepStatus}
-
-
-def _step(row: tuple[Any, ...]) -> StepRecord:
-    # Positional and a dict for the status: a replay builds one of these per step.
-    position, step_id, kind, status, attempt, task_id, input_hash, seq = row
-    found = _STATUS.get(status)
-    if found is None:
-        raise CheckpointError(
-            f"the steps table gives step {step_id!r} a status acode never writes "
-            f"({str(status)[:40]!r}): the database was edited",
-            hint="the history is kept unchanged for inspection (`acode session history`)",
-            code=ErrorCode.CHAIN_BROKEN,
-        )
-    return StepRecord(
-        position=position,
-        step_id=step_id,
-        kind=kind,
-        status=found,
-        attempt=attempt,
-        task_id=task_id,
-        input_hash=input_hash,
-        event_seq=seq,
-    )
-
-
-def _signature(value: bytes | None) -> str:
-    """A stored signature as the signer writes it (hex); a missing one as nothing,
-    which fails verification."""
-    return "" if value is None else value.hex()
-
-
-def _current(cp: CheckpointRow, title: str) -> tuple[str | None, str | None]:
-    """The task and step a checkpoint was taken at; (None, None) when it is unreadable,
-    which loading the session reports (a list of sessions still shows the others)."""
-    try:
-        summary = decode_summary(cp.summary, title=title, seq=cp.seq)
-    except (ValueError, TypeError, KeyError):
-        return None, None
-    return summary.current_task, summary.current_step
-
-
-def event_from_row(session_id: str, row: tuple[Any, ...]) -> Event:
-    """An event from the columns of ``_EVENT_COLUMNS``."""
-    seq, event_id, ts, type_, payload, hash_ = row
-    try:
-        type_ = EventType(str(type_))
-    except ValueError:
-        raise CheckpointError(
-            f"session {session_id[:SHORT_ID_LENGTH]}: event {seq} is of a type acode never "
-            f"writes ({str(type_)[:40]!r}): the database was edited",
-            hint="the history is kept unchanged for inspection (`acode session history`)",
-            code=ErrorCode.CHAIN_BROKEN,
-        ) from None
-    return Event(
-        session_id=session_id,
-        seq=int(seq),
-        event_id=_event_id(event_id),
-        ts_us=int(ts),
-        type=type_,
-        payload_json=str(payload),
-        hash=bytes(hash_),
-    )
-
-
-def _event_id(stored: object) -> str:
-    # 16 bytes from schema 5 on. Anything else was put there by hand: shown as it is, it
-    # fails the hash chain, which names the event.
-    if isinstance(stored, bytes) and len(stored) == 16:
-        return uuid_text(stored)
-    return stored.hex() if isinstance(stored, bytes) else str(stored)
-
-
 def _event_row(
     sid: int,
     seq: int,
@@ -439,7 +367,7 @@ class SqliteStore(SyncBookkeeping, Pruning):
         newest = self.newest_checkpoint(session)
         if newest is None:
             return session
-        task, step = _current(newest, session.title)
+        task, step = checkpoint_position(newest, session.title)
         return session._replace(
             updated_at=max(session.updated_at, newest.created_at),
             current_task=task,
@@ -601,7 +529,7 @@ class SqliteStore(SyncBookkeeping, Pruning):
                 seq,
                 uuid_text(event_id)
                 if type(event_id) is bytes and len(event_id) == 16
-                else _event_id(event_id),
+                else event_id_text(event_id),
                 ts,
                 type_,
                 payload,
@@ -624,7 +552,7 @@ class SqliteStore(SyncBookkeeping, Pruning):
     def unfinished_steps(self, sid: int) -> list[StepRecord]:
         """Steps that did not complete: in progress, rolled back for a retry, or failed."""
         bounds = (key(sid, 0), key(sid + 1, 0))
-        return [_step(r) for r in self.conn.execute(SELECT_UNFINISHED_STEPS, bounds)]
+        return [step_from_row(r) for r in self.conn.execute(SELECT_UNFINISHED_STEPS, bounds)]
 
     def newest_steps(self, session: SessionRow, count: int) -> list[StepRecord]:
         """The records of the ``count`` highest positions, by position, read backwards
@@ -676,20 +604,15 @@ class SqliteStore(SyncBookkeeping, Pruning):
     def steps(self, sid: int) -> list[StepRecord]:
         """Every step's record, by position: the events folded, since a step that
         completed in its first write has no row in `steps` (schema 4)."""
-        records: dict[int, StepRecord] = {}
         bounds = (key(sid, 0), key(sid + 1, 0), -1)  # LIMIT -1: all of them
-        for seq, type_, payload in self.conn.execute(SELECT_STEP_EVENTS, bounds):
-            status = step_status(type_)
-            assert status is not None  # the query asks for step events only
-            record = step_record(status, seq, json.loads(payload))
-            records[record.position] = record
+        records = step_records(self.conn.execute(SELECT_STEP_EVENTS, bounds))
         return [records[p] for p in sorted(records)]
 
     def step_rows(self, sid: int, first: int = 0, last: int = _SPAN - 1) -> list[StepRecord]:
         """The rows of the `steps` table at positions [first, last]: those of the steps
         that have a start record, were retried, failed or await an approval."""
         bounds = (key(sid, first), key(sid, last))
-        return [_step(r) for r in self.conn.execute(_STEPS_BETWEEN, bounds)]
+        return [step_from_row(r) for r in self.conn.execute(_STEPS_BETWEEN, bounds)]
 
     def checkpoints(self, session: SessionRow) -> list[CheckpointRow]:
         """The checkpoints to load from, newest first: the two newest written into event
@@ -748,28 +671,18 @@ class SqliteStore(SyncBookkeeping, Pruning):
             seq=seq,
             summary=summary,
             head=head,
-            signature=_signature(signature),
+            signature=signature_hex(signature),
             created_at=ts,
         )
 
     def _derived_summary(self, session: SessionRow, seq: int) -> str:
-        """The summary at event ``seq``: the newest one written out before it, with the
-        events after that folded in. Whatever stops the fold (no summary written, an
-        unreadable one, an impossible event) gives "", which fails the signature, so the
-        loader falls back as it does for any damaged checkpoint."""
+        """The summary at event ``seq``, derived (acode.store.rows.derived_summary)."""
         sid = session.sid
         base = self.conn.execute(SELECT_SUMMARY_BEFORE, (key(sid, 0), key(sid, seq))).fetchone()
         if base is None:
             return ""
-        base_seq, text = base
-        try:
-            summary = decode_summary(text.decode(), title=session.title, seq=base_seq)
-            bounds = (key(sid, base_seq), key(sid, seq + 1), -1)
-            for row in self.conn.execute(SELECT_EVENTS_AFTER, bounds):
-                summary = fold(summary, event_from_row(session.id, row))
-        except (ValueError, TypeError, KeyError, CheckpointError):
-            return ""
-        return summary.encode()
+        bounds = (key(sid, base[0]), key(sid, seq + 1), -1)
+        return derived_summary(session, base, self.conn.execute(SELECT_EVENTS_AFTER, bounds))
 
     def files(self, sid: int) -> list[FileRow]:
         """The files the session read or wrote, as it last saw them."""

@@ -77,6 +77,8 @@ class PgSteps:
     # (pg_stat_database.xact_commit: every autocommit statement counts, reads too)
     transactions: dict[str, list[float]] = field(default_factory=dict)
     load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average before and after
+    # The disk's fsync of a 200-byte append, µs, before and after: a commit's floor.
+    fsync_us: tuple[float, float] = (0.0, 0.0)
     skipped: str | None = None  # why nothing was measured
 
 
@@ -179,6 +181,7 @@ def _round(
 def measure_pg_steps(
     settings: PgStepSettings, root: Path, progress: Callable[[str], None]
 ) -> PgSteps:
+    from bench.machine import fsync_latency_us
     from bench.sync_bench import _postgres
 
     results = PgSteps(settings)
@@ -191,6 +194,7 @@ def measure_pg_steps(
             results.server = described
             results.server_settings = _server_settings(admin)
             results.load = (os.getloadavg()[0], 0.0)
+            results.fsync_us = (fsync_latency_us(scratch), 0.0)
             for r in range(settings.rounds):
                 _round(admin, settings, scratch / f"round-{r}", r % 2, results)
                 progress(
@@ -199,6 +203,7 @@ def measure_pg_steps(
                     f"{results.wall_us[DBOS.key][-1]:,.0f}, DBOS/acode {results.ratios[-1]:.2f}"
                 )
             results.load = (results.load[0], os.getloadavg()[0])
+            results.fsync_us = (results.fsync_us[0], fsync_latency_us(scratch))
     except Exception as exc:  # no server: the report says so instead of failing
         results.skipped = f"{type(exc).__name__}: {exc}"
         progress(f"pg-step: not measured ({results.skipped})")
@@ -236,7 +241,9 @@ def render_pg_steps(results: PgSteps) -> str:
         "database (`pg_stat_database.xact_commit`: every autocommit statement counts, reads "
         "too) over all its steps, opening included. Medians of "
         f"{s.rounds} rounds; 1-minute load average {results.load[0]:.1f} before, "
-        f"{results.load[1]:.1f} after (the machine is shared).",
+        f"{results.load[1]:.1f} after (the machine is shared). The disk under the server "
+        f"took {results.fsync_us[0]:,.0f} µs before the rounds and {results.fsync_us[1]:,.0f} "
+        "after to fsync a 200-byte append (medians of 200): the floor of a durable commit.",
         "",
         "| | µs per step (median) | min - max | client CPU µs per step | transactions per step |",
         "|---|---:|---:|---:|---:|",

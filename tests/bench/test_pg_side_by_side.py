@@ -111,3 +111,17 @@ def test_without_a_server_the_section_says_why(
         assert results.skipped is not None
         assert "OperationalError" in results.skipped
     assert render_pg_steps(results).startswith("## A step on PostgreSQL, beside DBOS\n\nNot ")
+
+
+def test_the_statement_count_reads_executes_and_simple_queries_not_parses() -> None:
+    from bench.pg_statements import _LINE, _statement
+
+    lines = [
+        "@db@ LOG:  duration: 0.101 ms  parse <unnamed>: INSERT INTO t (a, b) VALUES ($1, $2)",
+        "@db@ LOG:  duration: 0.020 ms  bind _pg3_0: INSERT INTO t (a, b) VALUES ($1, $2)",
+        "@db@ LOG:  duration: 0.042 ms  execute _pg3_0: INSERT INTO t (a, b) VALUES ($1, $2)",
+        "@db@ LOG:  duration: 0.010 ms  statement: BEGIN",
+        "@db@ DETAIL:  Parameters: $1 = '1', $2 = '2'",
+    ]
+    found = [_statement(m.group(1)) for line in lines if (m := _LINE.search(line))]
+    assert found == ["INSERT INTO t (a,", "BEGIN"]

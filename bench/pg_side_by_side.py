@@ -87,7 +87,8 @@ def _server_settings(dsn: str) -> dict[str, str]:
 
     names = ("server_version", "fsync", "synchronous_commit", "wal_sync_method")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return {n: str(conn.execute(f"SHOW {n}").fetchone()[0]) for n in names}  # type: ignore[index]
+        rows = {n: conn.execute(f"SHOW {n}").fetchone() for n in names}
+    return {n: "?" if row is None else str(row[0]) for n, row in rows.items()}
 
 
 def _url(conninfo: str) -> str:

@@ -62,6 +62,11 @@ class PgStepSettings:
     warm_up: int = 200  # untimed turns ahead of them
     chunk: int = 100  # steps a turn
 
+    def __post_init__(self) -> None:
+        # A driver runs whole turns: a part of one would leave it waiting for the parent.
+        if self.steps % self.chunk or self.warm_up % self.chunk:
+            raise ValueError(f"steps and warm_up must be multiples of chunk ({self.chunk})")
+
 
 @dataclass
 class PgSteps:

@@ -125,3 +125,8 @@ def test_the_statement_count_reads_executes_and_simple_queries_not_parses() -> N
     ]
     found = [_statement(m.group(1)) for line in lines if (m := _LINE.search(line))]
     assert found == ["INSERT INTO t (a,", "BEGIN"]
+
+
+def test_settings_of_partial_turns_are_refused() -> None:
+    with pytest.raises(ValueError, match="multiples of chunk"):
+        PgStepSettings(steps=150, chunk=100)

@@ -97,6 +97,17 @@ def _step_kinds_section(quick: bool, root: Path) -> str:
     return render_step_kinds(results)
 
 
+def _pg_step_section(quick: bool, root: Path) -> str:
+    """Issue 22: a step on the PostgreSQL store beside DBOS on the same server."""
+    from bench.pg_side_by_side import pg_step_section
+
+    return pg_step_section(root, _progress, quick=quick)
+
+
+# The sections ``--only`` measures alone.
+_ONLY = {"step-kinds": _step_kinds_section, "pg-step": _pg_step_section}
+
+
 def _splice(report: str, section: str) -> str:
     """``report`` with its section of the same heading as ``section`` replaced by it
     (appended when there is none): one section measured again, the rest kept."""
@@ -145,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["step-kinds"],
+        choices=sorted(_ONLY),
         help="measure this section alone and put it into the report in place of its own",
     )
     args = parser.parse_args(argv)
@@ -159,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only:
         root = bench_root(REPO)
         commit = describe(REPO, root).commit
-        section = _step_kinds_section(args.quick, root)
+        section = _ONLY[args.only](args.quick, root)
         when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         section += (
             f"\nMeasured alone, by `python -m bench --only {args.only}"
@@ -194,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_suite(settings, root, _progress)
     peers = run_side_by_side(_side_by_side_settings(args.quick, args.full), root, _progress)
     sync = sync_section(root, _progress)
+    pg_step = _pg_step_section(args.quick, root)
     nfr = _nfr_sections(args.quick, root)
     big = _big_repo_section(args.quick, args.full, root)
     kinds = _step_kinds_section(args.quick, root)
@@ -207,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine=machine,
         settings=settings,
     )
-    text = render(run, results, extra=[render_side_by_side(peers), sync, *nfr, big, kinds])
+    text = render(run, results, extra=[render_side_by_side(peers), sync, pg_step, *nfr, big, kinds])
     old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
     text = _keep_hand_written(text, old)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,8 @@ Variants: ``full`` (the default durability, fsync at every commit) and ``normal`
 ``full-resumed`` and ``normal-resumed`` time their steps in the session a crash run left
 in the directory, resumed and its completed steps called again (replayed, untimed);
 ``-resumed-skip`` skips them with ``s.skip_completed()`` instead; the others record
-``--before`` steps untimed first (bench.after_resume).
+``--before`` steps untimed first (bench.after_resume). ``pg`` (steps mode only) is
+``full`` with the PostgreSQL database ``--url`` as the session store (bench.pg_side_by_side).
 """
 
 from __future__ import annotations
@@ -26,8 +27,13 @@ __all__ = ["main"]
 _DB = Path(".agent/state/acode.db")
 
 
-def _configure(workspace: Path, variant: str) -> None:
+def _configure(workspace: Path, variant: str, url: str | None) -> None:
     workspace.mkdir(parents=True, exist_ok=True)
+    if variant == "pg":
+        assert url is not None, "the pg variant needs --url"
+        # The way a person points acode at PostgreSQL, durability left at its default.
+        os.environ["ACODE_STORE_URL"] = url
+        return
     durability = variant.removesuffix("-skip")
     if durability != "full":
         config = workspace / ".agent" / "config.yml"
@@ -50,7 +56,7 @@ def _steps(args: Args) -> None:
             for i in range(first):
                 session.step(f"step-{i}", trivial)
     else:
-        _configure(args.directory, args.variant)
+        _configure(args.directory, args.variant, args.url)
         session = acode.open_session("bench", args.directory)
         first = args.before
         for i in range(first):
@@ -76,7 +82,7 @@ def _workflow(args: Args) -> None:
         return payload(ctx.position)
 
     if args.mode == "crash":
-        _configure(args.directory, args.variant)
+        _configure(args.directory, args.variant, args.url)
         session = acode.open_session("bench", args.directory)
     else:
         session = acode.resume_session(None, args.directory)

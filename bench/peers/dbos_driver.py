@@ -4,7 +4,9 @@
 function, and steps with a recorded output return it without running).
 
 Variants: ``default`` (DBOS's own SQLite settings: rollback journal) and ``wal`` (the
-same file put in WAL mode before DBOS opens it; SQLite keeps the mode in the file).
+same file put in WAL mode before DBOS opens it; SQLite keeps the mode in the file);
+``pg``: the PostgreSQL database ``--url`` as the system database, DBOS's production mode
+(bench.pg_side_by_side).
 """
 
 from __future__ import annotations
@@ -22,8 +24,17 @@ __all__ = ["main"]
 _WORKFLOW_ID = "bench-workflow"
 
 
-def _database(args: Args) -> Path:
+def _system_database(args: Args) -> tuple[str, Path]:
+    """(DBOS's system_database_url, what the parent is told the database is)."""
     args.directory.mkdir(parents=True, exist_ok=True)
+    if args.variant == "pg":
+        assert args.url is not None, "the pg variant needs --url"
+        return args.url, args.directory / "on-the-server"
+    path = _database(args)
+    return f"sqlite:///{path}", path
+
+
+def _database(args: Args) -> Path:
     path = args.directory / "dbos.sqlite"
     if args.variant == "wal" and not path.exists():
         conn = sqlite3.connect(path)
@@ -41,7 +52,7 @@ def main() -> int:
         SetWorkflowID,
     )
 
-    path = _database(args)
+    url, path = _system_database(args)
     side = SideEffects(args.side, probe=args.mode == "probe")
     turns = Turns(args.chunk)
     # The kill belongs to this process, not to the workflow: a recovery re-runs the
@@ -74,7 +85,7 @@ def main() -> int:
 
     config: DBOSConfig = {
         "name": "acode-bench",
-        "system_database_url": f"sqlite:///{path}",
+        "system_database_url": url,
         "log_level": "WARNING",
     }
     DBOS(config=config)

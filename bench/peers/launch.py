@@ -57,6 +57,7 @@ class Driver:
         self, peer: Peer, n: int, directory: Path, chunk: int, extra: Sequence[str] = ()
     ) -> None:
         self.peer = peer
+        self.cpu_seconds: list[float] = []  # the process's CPU time in each turn
         # Lives as long as the driver: its stderr, shown if the driver dies.
         self._errors: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         self._process = subprocess.Popen(
@@ -80,9 +81,10 @@ class Driver:
         os.kill(self._process.pid, signal.SIGCONT)
         self._process.stdin.write("go\n")
         self._process.stdin.flush()
-        seconds = float(self._expect("chunk")["seconds"])
+        chunk = self._expect("chunk")
         os.kill(self._process.pid, signal.SIGSTOP)
-        return seconds
+        self.cpu_seconds.append(float(chunk["cpu"]))
+        return float(chunk["seconds"])
 
     def finish(self) -> None:
         os.kill(self._process.pid, signal.SIGCONT)

@@ -64,6 +64,7 @@ class Args:
     kill_after: int
     side: Path | None
     before: int = 0  # steps: recorded untimed ahead of the timed ones (bench.after_resume)
+    url: str | None = None  # a PostgreSQL database for the engine (bench.pg_side_by_side)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Args:
@@ -76,8 +77,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Args:
     parser.add_argument("--kill-after", type=int, default=-1)
     parser.add_argument("--side", type=Path, default=None)
     parser.add_argument("--before", type=int, default=0)
+    parser.add_argument("--url", default=None)
     ns = parser.parse_args(argv)
-    return Args(ns.mode, ns.n, ns.dir, ns.variant, ns.chunk, ns.kill_after, ns.side, ns.before)
+    return Args(
+        ns.mode, ns.n, ns.dir, ns.variant, ns.chunk, ns.kill_after, ns.side, ns.before, ns.url
+    )
 
 
 def emit(kind: str, **fields: Any) -> None:
@@ -96,12 +100,14 @@ class Turns:
 
     Only the time between the parent's "go" and the end of the chunk counts: the waits
     for the other engines' turns do not. The engine calls ``before(i)`` ahead of step
-    ``i`` and ``end()`` after the last one.
+    ``i`` and ``end()`` after the last one. Each chunk reports its wall time and the CPU
+    time of the whole process (the engine's background threads included).
     """
 
     def __init__(self, chunk: int) -> None:
         self._chunk = chunk
         self._started = 0.0
+        self._cpu = 0.0
 
     def ready(self, database: Path) -> None:
         emit("ready", database=str(database))
@@ -114,9 +120,11 @@ class Turns:
             if line.strip() != "go":
                 raise SystemExit(f"driver: expected 'go' from the parent, got {line!r}")
             self._started = time.perf_counter()
+            self._cpu = time.process_time()
 
     def end(self) -> None:
-        emit("chunk", seconds=time.perf_counter() - self._started)
+        seconds = time.perf_counter() - self._started
+        emit("chunk", seconds=seconds, cpu=time.process_time() - self._cpu)
 
 
 class SideEffects:

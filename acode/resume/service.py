@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from acode.engine.observer import Approver, Observer
     from acode.engine.session import Session, StrategyPrompt
     from acode.engine.steps.base import InProgressStrategy
+    from acode.resume.arrival import Arrival
     from acode.sync.status import SyncStatus
 
 __all__ = [
@@ -121,6 +122,8 @@ class ResumePreview(NamedTuple):
     last_completed: Position | None = None
     # How long the completed steps took, and an estimate of the rest.
     work_time: WorkTime | None = None
+    # The work tree to bring from another machine first (None: it is here).
+    handoff: Arrival | None = None
 
     @property
     def resume_at(self) -> Position | None:
@@ -494,11 +497,13 @@ def _environment(
     began = time.monotonic()
     budget = ws.config.resume.validation_timeout_seconds  # this resume's, not the record's
     store, row = journal.store, journal.row
+    # Files arriving from another machine are checked once they are here.
     exists = ws.root.is_dir()
+    arriving = preview.handoff is not None
     checked: list[str] = []
     changed: list[ChangedFile] = []
     rollback = None
-    if exists:
+    if exists and not arriving:
         found = _in_progress(journal, ws.root, strategy, fresh_after)
         checked, changed = changed_files(ws.root, store.file_fields(row.sid), ignore=found.paths)
         reported = {c.path for c in changed}
@@ -621,10 +626,13 @@ def _preview_in(
     if verify:
         verify_history(store, journal.row, signer)
     held_by_us = _held_by_us(ws, row.id)
+    from acode.resume.arrival import pending_arrival
+
+    preview = _preview(journal, ws.config, clock.now_us())
     return _environment(
         journal,
         ws,
-        _preview(journal, ws.config, clock.now_us()),
+        preview._replace(handoff=pending_arrival(journal, ws)),
         ws.config,
         strategy=ws.config.resume.in_progress_strategy,
         # The start of this process is asked of psutil, which a dry run loads only when it
@@ -816,6 +824,11 @@ def _resume(
         recorded = recorded_config(row, journal.history)
         if verify:
             verify_history(store, row, signer)
+        # A session that ran on another machine: its work tree is brought here, and then
+        # checked as any other below.
+        from acode.resume.arrival import arrive
+
+        arrival = arrive(journal, ws, force=force)
         # Only the rollback of an interrupted run step asks it, and the start of this
         # process is asked of psutil, which a resume of other steps does without.
         fresh_after = (
@@ -833,6 +846,7 @@ def _resume(
             preview = _environment(
                 journal, ws, preview, config, strategy=strategy, fresh_after=lambda: fresh_after
             )
+        preview = preview._replace(handoff=arrival)
         # --force is "resume despite the environment report": past changed files too,
         # unless the caller said abort in so many words.
         action = changed_files_action or ("continue" if force else None)

@@ -1,0 +1,178 @@
+"""Hand-off: a session started in one clone, killed, and resumed in another clone of the
+same repository, as on another machine (docs/fleet.md, "Hand-off: resume on another
+machine"). Real PostgreSQL as the store both clones share, a bare repository on disk as
+the git remote, the real `acode` in two directories."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from tests.cli.conftest import Background, Cli, plan_yaml, step_started, wait_for
+from tests.support.postgres import PgServer, scratch_database
+
+__all__: list[str] = []
+
+CONFIG = "store:\n  workspace: acme\nhandoff:\n  remote: origin\n"
+
+
+def git(ws: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=ws, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture
+def dbname(pg_server: PgServer) -> Iterator[str]:
+    with scratch_database(pg_server) as name:
+        yield name
+
+
+class Machines(NamedTuple):
+    a: Cli
+    b: Cli
+    remote: Path
+    effects: Path  # outside both clones: one line per time a step ran
+
+
+@pytest.fixture
+def machines(
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    background: Background,
+    pg_server: PgServer,
+    dbname: str,
+) -> Machines:
+    """Clone A with the repository's first commit pushed to a bare remote, clone B made
+    from that remote in another directory; both store their sessions in one database."""
+    remote = tmp_path / "team.git"
+    git(tmp_path, "init", "--quiet", "--bare", "--initial-branch=main", str(remote))
+    a_dir, b_dir = tmp_path / "machine-a" / "repo", tmp_path / "machine-b" / "repo"
+    a_dir.mkdir(parents=True)
+    git(a_dir, "init", "--quiet", "--initial-branch=main")
+    (a_dir / "README.md").write_text("hello\n")
+    (a_dir / ".gitignore").write_text("plan.yml\n")
+    (a_dir / ".agent").mkdir()
+    (a_dir / ".agent/config.yml").write_text(CONFIG)
+    git(a_dir, "add", "--all")
+    git(a_dir, "commit", "--quiet", "--message", "init")
+    git(a_dir, "remote", "add", "origin", str(remote))
+    git(a_dir, "push", "--quiet", "origin", "main")
+    git(tmp_path, "clone", "--quiet", str(remote), str(b_dir))
+    env = {**cli_env, "ACODE_STORE_URL": pg_server.store_url(dbname)}
+    return Machines(
+        Cli(a_dir, env, background), Cli(b_dir, env, background), remote, tmp_path / "effects"
+    )
+
+
+def _plan(m: Machines, marker: Path, pids: Path) -> str:
+    nap = f"test -e {marker} || {{ touch {marker}; echo $$ >> {pids}; sleep 30; }}"
+    fx = m.effects
+    return plan_yaml(
+        "Hand-off",
+        '{id: w, write: src/a.py, content: "print(1)\\n"}',
+        '{id: e, edit: src/a.py, old: "print(1)", new: "print(2)"}',
+        f"{{id: r, run: 'echo r >> {fx}; echo built > out.txt'}}",
+        "{id: c1, commit: Add a}",
+        f"{{id: nap, run: '{nap}', idempotent: true}}",
+        f"{{id: r2, run: 'echo r2 >> {fx}; echo more >> out.txt'}}",
+        '{id: w2, write: src/b.py, content: "print(3)\\n"}',
+        "{id: c2, commit: Add b}",
+    )
+
+
+def _killed_in_a(m: Machines, tmp_path: Path) -> str:
+    """Start the plan in A, kill it with SIGKILL in its `nap` step once the remote has
+    its work tree, and return the session's id."""
+    pids = m.a.watch_pids(str(tmp_path / "pids"))
+    m.a.write("plan.yml", _plan(m, tmp_path / "napped", pids))
+    run = m.a.start("run", "plan.yml")
+    step_started(m.a, run, pids)
+    (session,) = m.a.sessions()
+    ref = f"refs/acode/sessions/{session['id']}"
+    here = git(m.a.workspace, "rev-parse", ref).strip()
+    wait_for(
+        "the remote to hold the work tree",
+        lambda: _remote_ref(m.remote, ref) == here,
+        timeout=30,
+    )
+    os.killpg(run.proc.pid, signal.SIGKILL)
+    m.a.finish(run, expect=-signal.SIGKILL)
+    return str(session["id"])
+
+
+def _remote_ref(remote: Path, ref: str) -> str | None:
+    done = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", ref],
+        cwd=remote,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or None
+
+
+def _files(ws: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(ws)): p.read_text()
+        for p in sorted(ws.rglob("*"))
+        if p.is_file()
+        and ".git" not in p.parts
+        and ".agent" not in p.parts
+        and p.name != "plan.yml"
+    }
+
+
+def _commits(ws: Path) -> list[str]:
+    """The session's commits as content: message and tree, oldest first."""
+    return git(ws, "log", "--reverse", "--format=%s %T", "origin/main..HEAD").splitlines()
+
+
+def _events(m: Machines, session_id: str) -> int:
+    return len(m.b("session", "history", session_id, "--json").json_lines())
+
+
+def test_a_session_killed_in_one_clone_ends_in_another_as_an_uninterrupted_run(
+    machines: Machines, tmp_path: Path, cli_env: dict[str, str], background: Background
+) -> None:
+    m = machines
+    session_id = _killed_in_a(m, tmp_path)
+    assert m.effects.read_text().split() == ["r"]
+    a_head = git(m.a.workspace, "rev-parse", "HEAD").strip()  # A's "Add a"
+    b_branch = git(m.b.workspace, "rev-parse", "main").strip()
+
+    # B sees the session (the same store.workspace), and its dry run says what it fetches.
+    (seen,) = m.b.sessions()
+    assert seen["id"] == session_id
+    dry = m.b("resume", "--dry-run", session_id)
+    assert f"Would fetch refs/acode/sessions/{session_id} from origin" in dry.out, dry.describe()
+    assert "Would check out commit" in dry.out
+    assert _remote_ref(m.b.workspace, f"refs/acode/sessions/{session_id}") is None
+
+    done = m.b("resume", session_id, "--mode", "autopilot")
+    assert "Work tree: fetched" in done.out, done.describe()
+    assert m.b.status(session_id)["state"] == "COMPLETED"
+    # No completed step ran twice: r in A, r2 in B.
+    assert m.effects.read_text().split() == ["r", "r2"]
+    # The history verifies, read on either machine.
+    for clone in (m.a, m.b):
+        clone("session", "history", session_id)
+
+    # An uninterrupted run of the same plan, in a clone of its own.
+    c_dir = tmp_path / "machine-c" / "repo"
+    git(tmp_path, "clone", "--quiet", str(m.remote), str(c_dir))
+    c = Cli(c_dir, m.b.env, background)
+    c.write("plan.yml", (m.a.workspace / "plan.yml").read_text())
+    c("run", "plan.yml")
+    assert _files(m.b.workspace) == _files(c_dir)
+    assert _commits(m.b.workspace) == _commits(c_dir)
+    assert [line.rsplit(" ", 1)[0] for line in _commits(c_dir)] == ["Add a", "Add b"]
+    # B's HEAD went on from A's commit; B's own branch was left where it was.
+    assert git(m.b.workspace, "rev-parse", "HEAD~1").strip() == a_head
+    assert git(m.b.workspace, "rev-parse", "main").strip() == b_branch

@@ -126,6 +126,13 @@ def _found(journal: Journal, ws: Workspace) -> tuple[_Named, Repository, str] | 
     """The commit to bring, when there is one: None when the session recorded no work
     tree, or this clone's ref holds the one it names. A session recorded in another
     directory that has no work tree to bring is refused."""
+    store = ws.config.store
+    named_store = bool(store.url and store.workspace)
+    if ws.config.handoff.remote is None and not named_store:
+        # A workspace known by its path sees the sessions recorded in it alone, and
+        # without hand-off none recorded a work tree: nothing to read (a resume's cost
+        # stays the same however long the history).
+        return None
     events = journal.history.of_type(EventType.WORKTREE_RECORDED)
     created = journal.history.event(1).payload
     recorded_in = str(created.get("workspace") or journal.row.workspace)
@@ -133,7 +140,7 @@ def _found(journal: Journal, ws: Workspace) -> tuple[_Named, Repository, str] | 
     if not events:
         # Only a name shared by clones in other directories shows a session recorded
         # elsewhere; a SQLite file or a path moves with its workspace.
-        if ws.config.store.url and ws.config.store.workspace and recorded_in != str(ws.root):
+        if named_store and recorded_in != str(ws.root):
             raise _elsewhere_without_tree(short, recorded_in)
         return None
     payload = events[-1].payload
@@ -247,8 +254,9 @@ def _other_repository(
 
 def _elsewhere_without_tree(short: str, recorded_in: str) -> EnvironmentValidationError:
     return EnvironmentValidationError(
-        f"session {short} was recorded in {recorded_in} without its work tree "
-        "(handoff.remote was not set there): its files cannot be brought here",
+        f"session {short} was recorded in {recorded_in}, and its work tree was not "
+        "recorded there (handoff.remote unset, or no step changed a file yet): its files "
+        "cannot be brought here",
         hint=f"resume it where it was recorded (acode resume {short} --workspace "
         f"{recorded_in}), or set handoff.remote there for the sessions to come; "
         "nothing was changed",

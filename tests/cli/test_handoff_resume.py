@@ -176,3 +176,127 @@ def test_a_session_killed_in_one_clone_ends_in_another_as_an_uninterrupted_run(
     # B's HEAD went on from A's commit; B's own branch was left where it was.
     assert git(m.b.workspace, "rev-parse", "HEAD~1").strip() == a_head
     assert git(m.b.workspace, "rev-parse", "main").strip() == b_branch
+
+
+def _event_count(pg: PgServer, dbname: str, session_id: str) -> int:
+    import psycopg
+
+    with psycopg.connect(pg.direct_dsn(dbname), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM acode_store.events e JOIN acode_store.sessions s"
+            " ON s.sid = e.sid WHERE s.id = %s",
+            (session_id,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _untouched(m: Machines) -> dict[str, str]:
+    """What of B a refused resume must leave as it was: its files, HEAD, its index."""
+    return {
+        **_files(m.b.workspace),
+        "HEAD": git(m.b.workspace, "rev-parse", "HEAD"),
+        "index": git(m.b.workspace, "ls-files", "--stage"),
+    }
+
+
+def test_local_changes_the_check_out_would_overwrite_are_refused_then_forced(
+    machines: Machines, tmp_path: Path, pg_server: PgServer, dbname: str
+) -> None:
+    m = machines
+    session_id = _killed_in_a(m, tmp_path)
+    m.b.write("src/a.py", "mine\n")
+    before, events = _untouched(m), _event_count(pg_server, dbname, session_id)
+
+    refused = m.b("resume", session_id, "--mode", "autopilot", expect=17)
+    assert "ACODE-RESUME-004" in refused.err, refused.describe()
+    assert "would overwrite local changes: src/a.py" in refused.flat_err
+    assert f"acode resume {session_id[:8]}" in refused.flat_err
+    assert "--force" in refused.flat_err
+    assert _untouched(m) == before
+    assert _event_count(pg_server, dbname, session_id) == events
+
+    m.b("resume", session_id, "--mode", "autopilot", "--force")
+    assert m.b.status(session_id)["state"] == "COMPLETED"
+    assert (m.b.workspace / "src/a.py").read_text() == "print(2)\n"
+    assert m.effects.read_text().split() == ["r", "r2"]
+
+
+def test_another_key_on_the_second_machine_is_refused_saying_both_need_the_same(
+    machines: Machines, tmp_path: Path, pg_server: PgServer, dbname: str
+) -> None:
+    m = machines
+    session_id = _killed_in_a(m, tmp_path)
+    before, events = _untouched(m), _event_count(pg_server, dbname, session_id)
+    other = {**m.b.env, "ACODE_CHECKPOINT_SECRET": "another machine's own key"}
+    refused = m.b("resume", session_id, "--mode", "autopilot", env=other, expect=1)
+    assert "ACODE-CKPT-003" in refused.err, refused.describe()
+    assert "recorded with another key" in refused.flat_err
+    assert "both machines need the same ACODE_CHECKPOINT_SECRET" in refused.flat_err
+    assert "Traceback" not in refused.err
+    assert _untouched(m) == before
+    assert _event_count(pg_server, dbname, session_id) == events
+
+
+def test_a_ref_on_the_remote_that_is_not_the_recorded_commit_is_refused(
+    machines: Machines, tmp_path: Path, pg_server: PgServer, dbname: str
+) -> None:
+    m = machines
+    session_id = _killed_in_a(m, tmp_path)
+    ref = f"refs/acode/sessions/{session_id}"
+    # Someone with push rights points the session's ref at a commit of their own.
+    m.b.write("src/a.py", "import evil\n")
+    git(m.b.workspace, "add", "src/a.py")
+    git(m.b.workspace, "commit", "--quiet", "--message", "forged")
+    git(m.b.workspace, "push", "--quiet", "--force", "origin", f"HEAD:{ref}")
+    git(m.b.workspace, "reset", "--quiet", "--hard", "HEAD~1")
+    before, events = _untouched(m), _event_count(pg_server, dbname, session_id)
+
+    refused = m.b("resume", session_id, "--mode", "autopilot", expect=17)
+    assert "ACODE-HANDOFF-002" in refused.err, refused.describe()
+    assert "the ref was moved or forged" in refused.flat_err
+    assert _untouched(m) == before
+    assert _event_count(pg_server, dbname, session_id) == events
+    assert _remote_ref(m.b.workspace, ref) is None  # nothing of it named here
+
+
+def test_an_unreachable_remote_is_a_clear_error_and_nothing_is_written(
+    machines: Machines, tmp_path: Path, pg_server: PgServer, dbname: str
+) -> None:
+    m = machines
+    session_id = _killed_in_a(m, tmp_path)
+    git(m.b.workspace, "remote", "set-url", "origin", str(tmp_path / "gone.git"))
+    before, events = _untouched(m), _event_count(pg_server, dbname, session_id)
+
+    refused = m.b("resume", session_id, "--mode", "autopilot", expect=17)
+    assert "ACODE-HANDOFF-001" in refused.err, refused.describe()
+    assert "cannot fetch the work tree of session" in refused.flat_err
+    assert "gone.git" in refused.flat_err  # git's own words say why
+    assert "Traceback" not in refused.err
+    assert _untouched(m) == before
+    assert _event_count(pg_server, dbname, session_id) == events
+
+
+def test_an_unrelated_repository_under_the_same_name_is_refused(
+    machines: Machines, tmp_path: Path, pg_server: PgServer, dbname: str, background: Background
+) -> None:
+    m = machines
+    session_id = _killed_in_a(m, tmp_path)
+    d_dir = tmp_path / "machine-d" / "other"
+    d_dir.mkdir(parents=True)
+    git(d_dir, "init", "--quiet", "--initial-branch=main")
+    (d_dir / "NOTES.md").write_text("another project\n")
+    (d_dir / ".agent").mkdir()
+    (d_dir / ".agent/config.yml").write_text(CONFIG)
+    git(d_dir, "add", "--all")
+    git(d_dir, "commit", "--quiet", "--message", "their own start")
+    git(d_dir, "remote", "add", "origin", str(m.remote))
+    d = Cli(d_dir, m.b.env, background)
+    events = _event_count(pg_server, dbname, session_id)
+
+    refused = d("resume", session_id, "--mode", "autopilot", expect=17)
+    assert "ACODE-HANDOFF-003" in refused.err, refused.describe()
+    assert "a clone of another repository" in refused.flat_err
+    assert "own store.workspace" in refused.flat_err
+    assert sorted(p.name for p in d_dir.iterdir()) == [".agent", ".git", "NOTES.md"]
+    assert _event_count(pg_server, dbname, session_id) == events

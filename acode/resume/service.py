@@ -441,7 +441,11 @@ def _in_progress(
     workspace: Path,
     strategy: InProgressStrategy,
     fresh_after: Callable[[], int],
+    *,
+    ghosts: bool = True,
 ) -> _InProgress:
+    """What the steps left in progress touched; ``ghosts`` False: their snapshots are
+    another machine's, and the work tree that arrived from there is their state."""
     paths: set[str] = set()
     changes: list[ChangedFile] = []
     rollback = None
@@ -454,7 +458,7 @@ def _in_progress(
             paths.add(started["path"])
         paths.update(started.get("snapshot") or {})
         ghost = started.get("ghost")
-        if isinstance(ghost, str):
+        if isinstance(ghost, str) and ghosts:
             from acode.engine.rollback import AsLeft, plan_rollback, with_as_left
             from acode.system.snapshot import BACKUP_SUFFIX, snapshot_ref
 
@@ -486,6 +490,7 @@ def _environment(
     *,
     strategy: InProgressStrategy,
     fresh_after: Callable[[], int],
+    arrived: bool = False,
 ) -> ResumePreview:
     """``preview`` with the environment report (and the in-progress step's action as
     the rollback it will be), all found within resume.validation_timeout_seconds: the
@@ -504,7 +509,7 @@ def _environment(
     changed: list[ChangedFile] = []
     rollback = None
     if exists and not arriving:
-        found = _in_progress(journal, ws.root, strategy, fresh_after)
+        found = _in_progress(journal, ws.root, strategy, fresh_after, ghosts=not arrived)
         checked, changed = changed_files(ws.root, store.file_fields(row.sid), ignore=found.paths)
         reported = {c.path for c in changed}
         changed += [c for c in found.changes if c.path not in reported]
@@ -842,9 +847,20 @@ def _resume(
         # With --force the person chose the configuration as it is now.
         config = current_config(journal.history, row, ws.config) if force else recorded
         strategy = strategy or config.resume.in_progress_strategy
+        if arrival is not None and strategy == "rollback":
+            # The work tree was just brought to the state after the last completed step,
+            # which is what a rollback restores (the step's snapshot is the other
+            # machine's): the step runs again on it.
+            strategy = "retry"
         if config.resume.validate_environment:
             preview = _environment(
-                journal, ws, preview, config, strategy=strategy, fresh_after=lambda: fresh_after
+                journal,
+                ws,
+                preview,
+                config,
+                strategy=strategy,
+                fresh_after=lambda: fresh_after,
+                arrived=arrival is not None,
             )
         preview = preview._replace(handoff=arrival)
         # --force is "resume despite the environment report": past changed files too,

@@ -71,8 +71,9 @@ def machines(
     )
 
 
-def _plan(m: Machines, marker: Path, pids: Path) -> str:
+def _plan(m: Machines, marker: Path, pids: Path, *, idempotent: bool = True) -> str:
     nap = f"test -e {marker} || {{ touch {marker}; echo $$ >> {pids}; sleep 30; }}"
+    again = ", idempotent: true" if idempotent else ""
     fx = m.effects
     return plan_yaml(
         "Hand-off",
@@ -80,18 +81,18 @@ def _plan(m: Machines, marker: Path, pids: Path) -> str:
         '{id: e, edit: src/a.py, old: "print(1)", new: "print(2)"}',
         f"{{id: r, run: 'echo r >> {fx}; echo built > out.txt'}}",
         "{id: c1, commit: Add a}",
-        f"{{id: nap, run: '{nap}', idempotent: true}}",
+        f"{{id: nap, run: '{nap}'{again}}}",
         f"{{id: r2, run: 'echo r2 >> {fx}; echo more >> out.txt'}}",
         '{id: w2, write: src/b.py, content: "print(3)\\n"}',
         "{id: c2, commit: Add b}",
     )
 
 
-def _killed_in_a(m: Machines, tmp_path: Path) -> str:
+def _killed_in_a(m: Machines, tmp_path: Path, *, idempotent: bool = True) -> str:
     """Start the plan in A, kill it with SIGKILL in its `nap` step once the remote has
     its work tree, and return the session's id."""
     pids = m.a.watch_pids(str(tmp_path / "pids"))
-    m.a.write("plan.yml", _plan(m, tmp_path / "napped", pids))
+    m.a.write("plan.yml", _plan(m, tmp_path / "napped", pids, idempotent=idempotent))
     run = m.a.start("run", "plan.yml")
     step_started(m.a, run, pids)
     (session,) = m.a.sessions()
@@ -176,6 +177,20 @@ def test_a_session_killed_in_one_clone_ends_in_another_as_an_uninterrupted_run(
     # B's HEAD went on from A's commit; B's own branch was left where it was.
     assert git(m.b.workspace, "rev-parse", "HEAD~1").strip() == a_head
     assert git(m.b.workspace, "rev-parse", "main").strip() == b_branch
+
+
+def test_a_run_step_interrupted_on_the_other_machine_runs_again_on_the_arrived_tree(
+    machines: Machines, tmp_path: Path
+) -> None:
+    # A run step that is not idempotent is rolled back to its snapshot before it runs
+    # again; the snapshot is machine A's, and the tree that arrives is the same state.
+    m = machines
+    session_id = _killed_in_a(m, tmp_path, idempotent=False)
+    done = m.b("resume", session_id, "--mode", "autopilot")
+    assert "nap -> retry" in done.out, done.describe()
+    assert m.b.status(session_id)["state"] == "COMPLETED"
+    assert m.effects.read_text().split() == ["r", "r2"]
+    assert (m.b.workspace / "src/b.py").read_text() == "print(3)\n"
 
 
 def _event_count(pg: PgServer, dbname: str, session_id: str) -> int:

@@ -203,8 +203,8 @@ def _fetch(ws: Workspace, ref: str, commit: str, short: str) -> None:
         raise EnvironmentValidationError(
             f"the work tree of session {short} (commit {commit[:12]}) is not in this clone, "
             "and handoff.remote names no git remote to fetch it from",
-            hint="set handoff.remote in .agent/config.yml to the remote the session's machine "
-            f"pushes to (handoff:\\n  remote: origin), then: acode resume {short}; "
+            hint="set handoff.remote in .agent/config.yml to the git remote the session's "
+            f"machine pushes to (handoff: {{remote: origin}}), then: acode resume {short}; "
             "nothing was changed",
             code=ErrorCode.HANDOFF_FETCH,
         )

@@ -316,3 +316,19 @@ def test_an_unrelated_repository_under_the_same_name_is_refused(
     assert "own store.workspace" in refused.flat_err
     assert sorted(p.name for p in d_dir.iterdir()) == [".agent", ".git", "NOTES.md"]
     assert _event_count(pg_server, dbname, session_id) == events
+
+
+def test_a_clone_with_no_hand_off_remote_is_told_to_set_one(
+    machines: Machines, tmp_path: Path, pg_server: PgServer, dbname: str
+) -> None:
+    m = machines
+    session_id = _killed_in_a(m, tmp_path)
+    m.b.write(".agent/config.yml", "store:\n  workspace: acme\n")
+    before, events = _untouched(m), _event_count(pg_server, dbname, session_id)
+
+    refused = m.b("resume", session_id, "--mode", "autopilot", expect=17)
+    assert "ACODE-HANDOFF-001" in refused.err, refused.describe()
+    assert "handoff.remote names no git remote" in refused.flat_err
+    assert "(handoff: {remote: origin})" in refused.flat_err
+    assert _untouched(m) == before
+    assert _event_count(pg_server, dbname, session_id) == events

@@ -154,6 +154,10 @@ def test_a_session_killed_in_one_clone_ends_in_another_as_an_uninterrupted_run(
     dry = m.b("resume", "--dry-run", session_id)
     assert f"Would fetch refs/acode/sessions/{session_id} from origin" in dry.out, dry.describe()
     assert "Would check out commit" in dry.out
+    shown = m.b("resume", "--dry-run", "--json", session_id).json()["handoff"]
+    assert shown["fetch"] is True
+    assert shown["remote"] == "origin"
+    assert shown["ref"] == f"refs/acode/sessions/{session_id}"
     assert _remote_ref(m.b.workspace, f"refs/acode/sessions/{session_id}") is None
 
     done = m.b("resume", session_id, "--mode", "autopilot")

@@ -165,6 +165,17 @@ def test_a_session_killed_in_one_clone_ends_in_another_as_an_uninterrupted_run(
     assert m.b.status(session_id)["state"] == "COMPLETED"
     # No completed step ran twice: r in A, r2 in B.
     assert m.effects.read_text().split() == ["r", "r2"]
+    # B's records follow A's on the session's ref, and B pushed them (a fast-forward).
+    ref = f"refs/acode/sessions/{session_id}"
+    b_ref = git(m.b.workspace, "rev-parse", ref).strip()
+    wait_for("B's records to reach the remote", lambda: _remote_ref(m.remote, ref) == b_ref)
+    git(
+        m.b.workspace,
+        "merge-base",
+        "--is-ancestor",
+        git(m.a.workspace, "rev-parse", ref).strip(),
+        ref,
+    )
     # The history verifies from its first event (an archive replays it whole), and
     # machine A reads the same history.
     m.b("session", "archive", session_id, "-o", str(tmp_path / "session.acode.gz"))

@@ -230,7 +230,10 @@ def _start_again(journal: Journal) -> str:
 
     created = journal.history.event(1).payload
     kind = _kind(journal)
-    where = _workspace_option(journal.row.workspace)
+    # The directory it started in (the sessions row holds the workspace's name in a
+    # shared store), named when it is on this machine.
+    started_in = str(created.get("workspace") or journal.row.workspace)
+    where = _workspace_option(started_in) if Path(started_in).is_dir() else ""
     if kind == "agent":
         task = created.get("task", journal.row.title)
         return f"start a new one: acode run {shlex.quote(str(task))}{where}"

@@ -181,6 +181,10 @@ def test_a_session_killed_in_one_clone_ends_in_another_as_an_uninterrupted_run(
     m.b("session", "archive", session_id, "-o", str(tmp_path / "session.acode.gz"))
     m.a("session", "history", session_id)
 
+    # Ended: its hint names no directory by the workspace's name in the store.
+    ended = m.b("resume", session_id, expect=15)
+    assert "--workspace acme" not in ended.flat_err, ended.describe()
+
     # An uninterrupted run of the same plan, in a clone of its own.
     c_dir = tmp_path / "machine-c" / "repo"
     git(tmp_path, "clone", "--quiet", str(m.remote), str(c_dir))

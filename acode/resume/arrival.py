@@ -7,6 +7,9 @@ The commit to bring is the one the session's authenticated history names (its ne
 and must hold that commit, or the resume is refused. A clone whose own ref already
 holds it (the machine that ran the session, or one that took it over before) has
 nothing to bring: its work tree is the session's own, checked as on any resume.
+
+The resume service asks here only with hand-off on or a workspace name in a shared
+store (``service._may_arrive``): without either no session recorded a work tree.
 """
 
 from __future__ import annotations
@@ -126,13 +129,7 @@ def _found(journal: Journal, ws: Workspace) -> tuple[_Named, Repository, str] | 
     """The commit to bring, when there is one: None when the session recorded no work
     tree, or this clone's ref holds the one it names. A session recorded in another
     directory that has no work tree to bring is refused."""
-    store = ws.config.store
-    named_store = bool(store.url and store.workspace)
-    if ws.config.handoff.remote is None and not named_store:
-        # A workspace known by its path sees the sessions recorded in it alone, and
-        # without hand-off none recorded a work tree: nothing to read (a resume's cost
-        # stays the same however long the history).
-        return None
+    named_store = bool(ws.config.store.url and ws.config.store.workspace)
     events = journal.history.of_type(EventType.WORKTREE_RECORDED)
     created = journal.history.event(1).payload
     recorded_in = str(created.get("workspace") or journal.row.workspace)

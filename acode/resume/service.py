@@ -550,6 +550,16 @@ def _environment(
     return preview._replace(environment=report, continuation=c)
 
 
+def _may_arrive(config: AcodeConfig) -> bool:
+    """Whether a session may have its work tree on another machine: only with hand-off
+    on or a workspace name in a shared store. A workspace known by its path sees the
+    sessions recorded in it alone, and without hand-off none recorded a work tree: then
+    nothing more is read (a resume's cost stays the same however long its history) and
+    nothing of git is loaded (acode.resume.arrival)."""
+    store = config.store
+    return config.handoff.remote is not None or bool(store.url and store.workspace)
+
+
 def _held_by_us(ws: Workspace, session_id: str) -> bool:
     """Whether this process held the session's lock last (a program resuming a session
     it ran itself). Read before the lock is taken, which records this process."""
@@ -634,13 +644,15 @@ def _preview_in(
     if verify:
         verify_history(store, journal.row, signer)
     held_by_us = _held_by_us(ws, row.id)
-    from acode.resume.arrival import pending_arrival
-
     preview = _preview(journal, ws.config, clock.now_us())
+    if _may_arrive(ws.config):
+        from acode.resume.arrival import pending_arrival
+
+        preview = preview._replace(handoff=pending_arrival(journal, ws))
     return _environment(
         journal,
         ws,
-        preview._replace(handoff=pending_arrival(journal, ws)),
+        preview,
         ws.config,
         strategy=ws.config.resume.in_progress_strategy,
         # The start of this process is asked of psutil, which a dry run loads only when it
@@ -834,9 +846,11 @@ def _resume(
             verify_history(store, row, signer)
         # A session that ran on another machine: its work tree is brought here, and then
         # checked as any other below.
-        from acode.resume.arrival import arrive
+        arrival = None
+        if _may_arrive(ws.config):
+            from acode.resume.arrival import arrive
 
-        arrival = arrive(journal, ws, force=force)
+            arrival = arrive(journal, ws, force=force)
         # Only the rollback of an interrupted run step asks it, and the start of this
         # process is asked of psutil, which a resume of other steps does without.
         fresh_after = (

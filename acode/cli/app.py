@@ -194,7 +194,8 @@ def resume(
         typer.Option(
             "--force",
             help="Resume despite the environment report: a changed configuration (the new "
-            "one is used) and changed files (kept). Not past a missing workspace or model.",
+            "one is used) and changed files (kept). Not past a missing workspace or model. "
+            "A session from another machine: overwrite local changes with its work tree.",
         ),
     ] = False,
     continue_on_changes: Annotated[

@@ -1,4 +1,5 @@
-"""How the hand-off ref looks in `acode status` and `acode sync` (docs/fleet.md)."""
+"""How the hand-off ref looks in `acode status` and `acode sync`, and a work tree
+arriving from another machine in `acode resume` (docs/fleet.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from acode.cli.console import ago, count, err_console, iso, out_console
 
 if TYPE_CHECKING:
     from acode.engine.handoff import HandoffStatus, RefsPushed
+    from acode.resume.arrival import Arrival
 
 __all__ = [
+    "arrival_lines",
     "handoff_json",
     "handoff_lines",
     "handoff_summary",
@@ -21,6 +24,37 @@ __all__ = [
 
 def _short(commit: str | None) -> str:
     return commit[:12] if commit else "none"
+
+
+def arrival_lines(arrival: Arrival | None, *, dry_run: bool) -> list[str]:
+    """The work tree brought from another machine: what a dry run would fetch and
+    check out, what a resume did."""
+    if arrival is None:
+        return []
+    from_where = f" from {arrival.remote}" if arrival.remote else ""
+    if dry_run:
+        lines = [f"  Work tree: recorded in {arrival.recorded_in}, not here"]
+        if arrival.fetch:
+            lines.append(f"    Would fetch {arrival.ref}{from_where}")
+        lines.append(f"    Would check out commit {_short(arrival.commit)} (the history names it)")
+    else:
+        fetched = f"fetched {arrival.ref}{from_where}, " if arrival.fetch else ""
+        lines = [f"  Work tree: {fetched}checked out commit {_short(arrival.commit)}"]
+    if arrival.detach_at is not None:
+        verb = "Would detach" if dry_run else "Detached"
+        lines.append(f"    {verb} HEAD at {_short(arrival.detach_at)}: your branches stay")
+    if arrival.changes is None:
+        lines.append("    Files: known once fetched; then checked against the history")
+    else:
+        verb = "would change" if dry_run else "changed"
+        lines.append(f"    Files it {verb}: {len(arrival.changes)}")
+    if arrival.conflicts:
+        said = "would overwrite" if dry_run else "overwrote"
+        lines.append(
+            f"    ✗ Local changes it {said}: {', '.join(arrival.conflicts[:10])}"
+            + (" (--force overwrites them)" if dry_run else "")
+        )
+    return lines
 
 
 def handoff_summary(status: HandoffStatus) -> str:

@@ -18,7 +18,7 @@ from acode.cli.console import (
     plain_table,
     print_lines,
 )
-from acode.cli.handoff_views import handoff_json, handoff_lines
+from acode.cli.handoff_views import arrival_lines, handoff_json, handoff_lines
 from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summary
 from acode.security.redaction import redact, redact_json
 
@@ -291,6 +291,7 @@ def preview_json(preview: ResumePreview) -> dict[str, Any]:
     data["work_time"] = preview.work_time.to_dict() if preview.work_time is not None else None
     if preview.continuation is not None:
         data["continuation"] = preview.continuation.to_dict()
+    data["handoff"] = preview.handoff.to_dict() if preview.handoff is not None else None
     return data
 
 
@@ -482,6 +483,7 @@ def print_preview(
             lines.append(f"  In progress: {c.in_progress} ({c.in_progress_action})")
         sync = sync_summary(preview.sync) if preview.sync else "local only"
         lines.append(f"  Sync status: {sync}")
+        lines += arrival_lines(preview.handoff, dry_run=True)
         lines += _agent_lines(preview)
         lines += environment_lines(preview)
     else:
@@ -499,6 +501,7 @@ def print_preview(
                 lines.append(f"  Skipping: Task {c.resume_task_number}, {steps} (complete)")
             if c.in_progress:
                 lines.append(f"  In progress: {c.in_progress} -> {c.in_progress_action}")
+        lines += arrival_lines(preview.handoff, dry_run=False)
         lines += _agent_lines(preview)
         left = f"; {remaining} remaining" if remaining else ""
         lines.append(f"  Starting from: {_where(preview)}{left}")

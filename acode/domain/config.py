@@ -136,9 +136,12 @@ class FleetSettings:
 @dataclass(frozen=True)
 class StoreSettings:
     """Where the workspace's sessions are stored (``store:``): None, the SQLite file
-    .agent/state/acode.db; a ``postgresql://`` URL, that database (docs/fleet.md)."""
+    .agent/state/acode.db; a ``postgresql://`` URL, that database (docs/fleet.md).
+    ``workspace`` names the workspace in a shared store (None: its absolute path), so
+    that the clones of one repository on several machines see the same sessions."""
 
     url: str | None = None
+    workspace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -337,6 +340,21 @@ def _store_url() -> _Rule:
     )
 
 
+# A workspace's name in a shared store: never a path (a workspace without a name is
+# known by its absolute path, which a name must not be taken for).
+_WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+
+
+def _workspace_name() -> _Rule:
+    return _Rule(
+        expected="a name of letters, digits and . _ : @ - (at most 128, no /), such as "
+        "the repository's: acme-api; or null (the workspace's absolute path)",
+        parse=lambda v: (
+            v if v is None or (_is_text(v) and _WORKSPACE_NAME.fullmatch(str(v))) else _INVALID
+        ),
+    )
+
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -442,7 +460,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Rule]]] = {
     ),
     "sync": (SyncSettings, {"remote": _optional_text()}),
     "fleet": (FleetSettings, {"url": _optional_text(), "lease_seconds": _lease()}),
-    "store": (StoreSettings, {"url": _store_url()}),
+    "store": (StoreSettings, {"url": _store_url(), "workspace": _workspace_name()}),
     "log": (LogSettings, {"max_bytes": _positive_int(), "keep": _positive_int()}),
     "handoff": (HandoffSettings, {"remote": _git_remote(), "push": _boolean()}),
     "retention": (

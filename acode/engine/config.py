@@ -108,6 +108,9 @@ store:
                                         # sessions there (docs/fleet.md); null = the SQLite
                                         # file .agent/state/acode.db
                                         # (env ACODE_STORE_URL overrides)
+  workspace: null                       # this workspace's name in that database, the same
+                                        # in every clone of the repository (hand-off to
+                                        # another machine); null = its absolute path
 
 handoff:                                # the work tree travels by git (docs/fleet.md)
   remote: null                          # a git remote of the workspace, e.g. origin; null = off

@@ -175,7 +175,8 @@ def key_changed_error(row: SessionRow) -> CheckpointError:
         f"session {_short(row)} was recorded with another key (key {row.key_id}) than this "
         "one: its history cannot be verified, so it is not used",
         hint=f"set {SECRET_ENV} to the key it was recorded with, or put that key back in "
-        f"{key_path()}; the database was not changed",
+        f"{key_path()}; a session recorded on another machine: both machines need the "
+        f"same {SECRET_ENV}; the database was not changed",
         code=ErrorCode.KEY_CHANGED,
     )
 

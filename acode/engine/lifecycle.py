@@ -26,7 +26,7 @@ from acode.domain.events import EventType, canonical_json
 from acode.domain.ids import uuid7
 from acode.domain.states import SessionState, is_terminal
 from acode.engine.config import load_config
-from acode.engine.store_choice import configured_store_url
+from acode.engine.store_choice import configured_store_url, workspace_identity
 from acode.errors import ConfigError, SessionNotFoundError, StorageError
 from acode.security.signing import load_signer
 from acode.store.base import EventStore, open_store, workspace_url
@@ -55,6 +55,7 @@ __all__ = [
     "open_workspace_store",
     "session_config",
     "start_session",
+    "store_identity",
     "take_lock",
 ]
 
@@ -101,7 +102,15 @@ def open_workspace_store(ws: Workspace) -> EventStore:
     url = ws.config.store.url
     if url is None:
         return open_store(ws.paths.db, ws.config.durability)
-    return open_store(workspace_url(url, str(ws.root)), ws.config.durability)
+    return open_store(workspace_url(url, store_identity(ws)), ws.config.durability)
+
+
+def store_identity(ws: Workspace) -> str:
+    """What the workspace's sessions record as their workspace: its identity in a
+    shared store (``store.workspace``), else its absolute path."""
+    if ws.config.store.url is None:
+        return str(ws.root)
+    return workspace_identity(ws.root, ws.config.store)
 
 
 def _refuse_mirror_of_postgres(config: AcodeConfig) -> None:
@@ -219,7 +228,7 @@ def start_session(
             store,
             session_id=session_id,
             title=title,
-            workspace=str(ws.root),
+            workspace=store_identity(ws),
             kind=kind,
             config_json=canonical_json(config_to_dict(session_config(ws.config))),
             config_hash=config_hash(session_config(ws.config)),

@@ -210,22 +210,23 @@ def _store_check(workspace: Path) -> tuple[Check, None] | None:
     """The PostgreSQL store's check, where ``store.url`` names one; None: the workspace's
     sessions are in its SQLite file (or its configuration cannot be read, which the
     config check reports)."""
-    from acode.engine.store_choice import configured_store_url
+    from acode.engine.store_choice import scoped_store_url
 
     try:
-        url = configured_store_url(workspace)
+        url = scoped_store_url(workspace)
     except AcodeError:
         return None
     if url is None:
         return None
-    return store_check(url, workspace), None
+    return store_check(url), None
 
 
-def store_check(url: str, workspace: Path) -> Check:
-    from acode.store.base import store_health, workspace_url
+def store_check(url: str) -> Check:
+    """The check of the store at ``url``, narrowed to the workspace's sessions."""
+    from acode.store.base import store_health
 
     try:
-        health = store_health(workspace_url(url, str(workspace.resolve())))
+        health = store_health(url)
     except AcodeError as exc:
         return Check("database", Status.FAIL, exc.message)
     if health.schema > health.latest:

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from acode.store.base import EventStore, open_store, workspace_url
+from acode.store.base import EventStore, open_store
 from acode.system.workspace import StatePaths
 
 # Reading the store (``read_store``, what `acode session list` does) loads nothing more;
@@ -33,12 +33,12 @@ def read_store(workspace: Path) -> Iterator[EventStore | None]:
     """The workspace's store, or None when no session was ever recorded there
     (reading must not create acode's state in a directory). With ``store.url`` set, the
     workspace's sessions in that PostgreSQL database."""
-    from acode.engine.store_choice import configured_store_url
+    from acode.engine.store_choice import scoped_store_url
 
     paths = StatePaths(workspace)
-    url = configured_store_url(workspace)
+    url = scoped_store_url(workspace)
     if url is not None:
-        store = open_store(workspace_url(url, str(Path(workspace).resolve())))
+        store = open_store(url)
     elif not paths.db.exists():
         yield None
         return

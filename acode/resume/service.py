@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from acode.engine.observer import Approver, Observer
     from acode.engine.session import Session, StrategyPrompt
     from acode.engine.steps.base import InProgressStrategy
+    from acode.resume.arrival import Arrival
     from acode.sync.status import SyncStatus
 
 __all__ = [
@@ -121,6 +122,8 @@ class ResumePreview(NamedTuple):
     last_completed: Position | None = None
     # How long the completed steps took, and an estimate of the rest.
     work_time: WorkTime | None = None
+    # The work tree to bring from another machine first (None: it is here).
+    handoff: Arrival | None = None
 
     @property
     def resume_at(self) -> Position | None:
@@ -227,7 +230,10 @@ def _start_again(journal: Journal) -> str:
 
     created = journal.history.event(1).payload
     kind = _kind(journal)
-    where = _workspace_option(journal.row.workspace)
+    # The directory it started in (the sessions row holds the workspace's name in a
+    # shared store), named when it is on this machine.
+    started_in = str(created.get("workspace") or journal.row.workspace)
+    where = _workspace_option(started_in) if Path(started_in).is_dir() else ""
     if kind == "agent":
         task = created.get("task", journal.row.title)
         return f"start a new one: acode run {shlex.quote(str(task))}{where}"
@@ -438,7 +444,11 @@ def _in_progress(
     workspace: Path,
     strategy: InProgressStrategy,
     fresh_after: Callable[[], int],
+    *,
+    ghosts: bool = True,
 ) -> _InProgress:
+    """What the steps left in progress touched; ``ghosts`` False: their snapshots are
+    another machine's, and the work tree that arrived from there is their state."""
     paths: set[str] = set()
     changes: list[ChangedFile] = []
     rollback = None
@@ -451,7 +461,7 @@ def _in_progress(
             paths.add(started["path"])
         paths.update(started.get("snapshot") or {})
         ghost = started.get("ghost")
-        if isinstance(ghost, str):
+        if isinstance(ghost, str) and ghosts:
             from acode.engine.rollback import AsLeft, plan_rollback, with_as_left
             from acode.system.snapshot import BACKUP_SUFFIX, snapshot_ref
 
@@ -483,6 +493,7 @@ def _environment(
     *,
     strategy: InProgressStrategy,
     fresh_after: Callable[[], int],
+    arrived: bool = False,
 ) -> ResumePreview:
     """``preview`` with the environment report (and the in-progress step's action as
     the rollback it will be), all found within resume.validation_timeout_seconds: the
@@ -494,12 +505,14 @@ def _environment(
     began = time.monotonic()
     budget = ws.config.resume.validation_timeout_seconds  # this resume's, not the record's
     store, row = journal.store, journal.row
+    # Files arriving from another machine are checked once they are here.
     exists = ws.root.is_dir()
+    arriving = preview.handoff is not None
     checked: list[str] = []
     changed: list[ChangedFile] = []
     rollback = None
-    if exists:
-        found = _in_progress(journal, ws.root, strategy, fresh_after)
+    if exists and not arriving:
+        found = _in_progress(journal, ws.root, strategy, fresh_after, ghosts=not arrived)
         checked, changed = changed_files(ws.root, store.file_fields(row.sid), ignore=found.paths)
         reported = {c.path for c in changed}
         changed += [c for c in found.changes if c.path not in reported]
@@ -535,6 +548,16 @@ def _environment(
         # alone cannot tell that it has one.
         c = replace(c, in_progress_action="rollback_retry")
     return preview._replace(environment=report, continuation=c)
+
+
+def _may_arrive(config: AcodeConfig) -> bool:
+    """Whether a session may have its work tree on another machine: only with hand-off
+    on or a workspace name in a shared store. A workspace known by its path sees the
+    sessions recorded in it alone, and without hand-off none recorded a work tree: then
+    nothing more is read (a resume's cost stays the same however long its history) and
+    nothing of git is loaded (acode.resume.arrival)."""
+    store = config.store
+    return config.handoff.remote is not None or bool(store.url and store.workspace)
 
 
 def _held_by_us(ws: Workspace, session_id: str) -> bool:
@@ -621,10 +644,15 @@ def _preview_in(
     if verify:
         verify_history(store, journal.row, signer)
     held_by_us = _held_by_us(ws, row.id)
+    preview = _preview(journal, ws.config, clock.now_us())
+    if _may_arrive(ws.config):
+        from acode.resume.arrival import pending_arrival
+
+        preview = preview._replace(handoff=pending_arrival(journal, ws))
     return _environment(
         journal,
         ws,
-        _preview(journal, ws.config, clock.now_us()),
+        preview,
         ws.config,
         strategy=ws.config.resume.in_progress_strategy,
         # The start of this process is asked of psutil, which a dry run loads only when it
@@ -816,6 +844,13 @@ def _resume(
         recorded = recorded_config(row, journal.history)
         if verify:
             verify_history(store, row, signer)
+        # A session that ran on another machine: its work tree is brought here, and then
+        # checked as any other below.
+        arrival = None
+        if _may_arrive(ws.config):
+            from acode.resume.arrival import arrive
+
+            arrival = arrive(journal, ws, force=force)
         # Only the rollback of an interrupted run step asks it, and the start of this
         # process is asked of psutil, which a resume of other steps does without.
         fresh_after = (
@@ -829,10 +864,22 @@ def _resume(
         # With --force the person chose the configuration as it is now.
         config = current_config(journal.history, row, ws.config) if force else recorded
         strategy = strategy or config.resume.in_progress_strategy
+        if arrival is not None and strategy == "rollback":
+            # The work tree was just brought to the state after the last completed step,
+            # which is what a rollback restores (the step's snapshot is the other
+            # machine's): the step runs again on it.
+            strategy = "retry"
         if config.resume.validate_environment:
             preview = _environment(
-                journal, ws, preview, config, strategy=strategy, fresh_after=lambda: fresh_after
+                journal,
+                ws,
+                preview,
+                config,
+                strategy=strategy,
+                fresh_after=lambda: fresh_after,
+                arrived=arrival is not None,
             )
+        preview = preview._replace(handoff=arrival)
         # --force is "resume despite the environment report": past changed files too,
         # unless the caller said abort in so many words.
         action = changed_files_action or ("continue" if force else None)

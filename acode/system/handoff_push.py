@@ -34,7 +34,16 @@ from acode.system.git_command import run_git
 from acode.system.handoff_ref import HANDOFF_REF_ROOT, handoff_ref, session_of_ref
 from acode.system.workspace import StatePaths
 
-__all__ = ["PushState", "Pushed", "forget_session", "push_refs", "read_state", "refs_to_push"]
+__all__ = [
+    "PushState",
+    "Pushed",
+    "forget_session",
+    "git_reason",
+    "push_refs",
+    "read_state",
+    "refs_to_push",
+    "run_remote_git",
+]
 
 # What git is given to say why it could not push, at most (its last lines).
 _REASON_CHARS = 300
@@ -135,7 +144,9 @@ def push_refs(
         return Pushed((), None)
     refspecs = [f"{HANDOFF_REF_ROOT}/{sid}:{HANDOFF_REF_ROOT}/{sid}" for sid in sorted(pending)]
     now = time.time_ns() // 1000
-    code, out, err = _run_push(workspace, ["push", "--porcelain", "--", remote, *refspecs], timeout)
+    code, out, err = run_remote_git(
+        workspace, ["push", "--porcelain", "--", remote, *refspecs], timeout
+    )
     lines = _porcelain(out)
     done: list[str] = []
     reasons: list[str] = []
@@ -147,14 +158,14 @@ def push_refs(
             state = PushState(pushed=commit, last_attempt_us=now)
             done.append(sid)
         elif line is not None and line[0] == "!":
-            why = _masked(line[1]) or "refused by the remote"
+            why = git_reason(line[1]) or "refused by the remote"
             conflict = "non-fast-forward" in why or "fetch first" in why
             state = _failed(
                 state, now, f"the remote refused the ref: {why}", backoff, conflict=conflict
             )
             reasons.append(state.reason or "")
         else:
-            why = _masked(err) or f"git push exited with status {code}"
+            why = git_reason(err) or f"git push exited with status {code}"
             state = _failed(state, now, why, backoff, conflict=False)
             reasons.append(why)
         if state.next_try_us is not None:
@@ -188,16 +199,18 @@ def _porcelain(out: str) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _masked(text: str) -> str:
+def git_reason(text: str) -> str:
+    """What git said, in a line: its errors, the credentials of any URL masked."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     # git's own verdicts say what went wrong; its advice after them is the same each time.
     said = [line for line in lines if line.startswith(("fatal:", "error:"))] or lines[-3:]
     return redact(mask_credentials("; ".join(said)))[-_REASON_CHARS:]
 
 
-def _run_push(workspace: Path, args: list[str], timeout: float) -> tuple[int, str, str]:
-    """git in a session of its own, killed with its children (ssh, a credential
-    helper) when ``timeout`` passes."""
+def run_remote_git(workspace: Path, args: list[str], timeout: float) -> tuple[int, str, str]:
+    """git talking to a remote (a push, a fetch) in a session of its own, never asking
+    for a password, killed with its children (ssh, a credential helper) when ``timeout``
+    passes."""
     try:
         child = subprocess.Popen(
             ["git", *args],
@@ -218,5 +231,5 @@ def _run_push(workspace: Path, args: list[str], timeout: float) -> tuple[int, st
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
         child.communicate()
-        return -1, "", f"git push did not finish within {timeout:g} s"
+        return -1, "", f"git {args[0]} did not finish within {timeout:g} s"
     return child.returncode, out, err

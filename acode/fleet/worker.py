@@ -68,8 +68,13 @@ class _Held:
     def lose(self) -> None:
         self.lost.set()
         if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            from acode.system.process_table import kill_tree
+
+            # The session's step commands run in process groups of their own: the tree,
+            # not the group, is what must stop writing (a `sleep` left running once
+            # outlived a cancelled item).
+            with contextlib.suppress(PermissionError):
+                kill_tree(self.proc.pid)
 
 
 class Worker:

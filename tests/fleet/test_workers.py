@@ -289,6 +289,18 @@ def test_cancelling_a_running_item_stops_its_session(fleet: Fleet, bare_repo: Pa
     assert (item["state"], item["result_branch"]) == ("cancelled", None)
     assert effects.read_text().splitlines() == ["1-e1"], "the session went on"
     assert git(bare_repo, "branch", "--list", "acode/*") == ""
+    assert _running_in(fleet.root) == [], "a step's command outlived the cancelled item"
+
+
+def _running_in(root: Path) -> list[str]:
+    """The command lines of the processes working in a folder under ``root``."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cwd", "cmdline"]):
+        if (proc.info["cwd"] or "").startswith(str(root)):
+            found.append(" ".join(proc.info["cmdline"] or []))
+    return found
 
 
 def test_a_session_that_ended_before_its_worker_died_is_pushed_by_the_next(

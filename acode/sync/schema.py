@@ -7,25 +7,24 @@ A remote migrated by a newer acode is refused and left untouched.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acode.errors import SchemaTooNewError
+from acode.store.migration_files import Migration, migrations_in
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = [
-    "RemoteMigration",
+    "Migration",
     "ensure_schema",
     "migrate",
     "remote_migrations",
     "remote_schema_version",
 ]
 
-_NAME = re.compile(r"(?P<number>\d{4})_(?P<name>\w+)\.sql")
 # pg_advisory_xact_lock key: "acode" in ASCII.
 _MIGRATION_LOCK = 0x61636F6465
 _VERSION_TABLE = (
@@ -34,25 +33,9 @@ _VERSION_TABLE = (
 )
 
 
-@dataclass(frozen=True)
-class RemoteMigration:
-    number: int
-    name: str
-    sql: str
-
-
-def remote_migrations(package: str = "acode.sync") -> list[RemoteMigration]:
+def remote_migrations(package: str = "acode.sync") -> list[Migration]:
     """The migrations in ``package``'s ``sql/`` folder, in order."""
-    found = []
-    for entry in resources.files(package).joinpath("sql").iterdir():
-        match = _NAME.fullmatch(entry.name)
-        if match:
-            found.append(
-                RemoteMigration(
-                    number=int(match["number"]), name=match["name"], sql=entry.read_text()
-                )
-            )
-    return sorted(found, key=lambda m: m.number)
+    return migrations_in(Path(str(resources.files(package).joinpath("sql"))))
 
 
 def remote_schema_version(conn: psycopg.Connection[tuple[Any, ...]], schema: str = "acode") -> int:

@@ -7,37 +7,24 @@ migrating at once. A schema migrated by a newer acode is refused and left untouc
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from acode.errors import SchemaTooNewError
+from acode.store.migration_files import Migration, migrations_in
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["Migration", "available_migrations", "migrate", "schema_version"]
 
-_NAME = re.compile(r"(?P<number>\d{4})_(?P<name>\w+)\.sql")
 _SQL_DIR = Path(__file__).parent / "sql"
 # pg_advisory_xact_lock key: "acodest" in ASCII (the mirror's is "acode").
 _MIGRATION_LOCK = 0x61636F64657374
 
 
-class Migration(NamedTuple):
-    number: int
-    name: str
-    sql: str
-
-
 def available_migrations() -> list[Migration]:
-    found = []
-    for entry in _SQL_DIR.iterdir():
-        match = _NAME.fullmatch(entry.name)
-        if match:
-            sql = entry.read_text(encoding="utf-8")
-            found.append(Migration(number=int(match["number"]), name=match["name"], sql=sql))
-    return sorted(found, key=lambda m: m.number)
+    return migrations_in(_SQL_DIR)
 
 
 def schema_version(conn: psycopg.Connection[Any]) -> int:

@@ -6,40 +6,24 @@ bump of ``PRAGMA user_version``. A database written by a newer acode is refused.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from pathlib import Path
-from typing import NamedTuple
 
 from acode.domain.ids import uuid_bytes
 from acode.errors import SchemaTooNewError, StorageError
+from acode.store.migration_files import Migration, migrations_in
 from acode.store.sqlite.connection import atomic
 
 __all__ = ["Migration", "available_migrations", "migrate", "schema_version"]
 
-_NAME = re.compile(r"(?P<number>\d{4})_(?P<name>\w+)\.sql")
 # The scripts as the package installs them (package data), beside this module: reading
 # them through importlib.resources loaded zipfile, tempfile and its readers at every
 # opening of a database, milliseconds of each command's and each resume's start.
 _SQL_DIR = Path(__file__).parent / "sql"
 
 
-class Migration(NamedTuple):
-    """One numbered schema change (``sql/NNNN_name.sql``)."""
-
-    number: int
-    name: str
-    sql: str
-
-
 def available_migrations() -> list[Migration]:
-    found = []
-    for entry in _SQL_DIR.iterdir():
-        match = _NAME.fullmatch(entry.name)
-        if match:
-            sql = entry.read_text(encoding="utf-8")
-            found.append(Migration(number=int(match["number"]), name=match["name"], sql=sql))
-    return sorted(found, key=lambda m: m.number)
+    return migrations_in(_SQL_DIR)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

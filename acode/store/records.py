@@ -7,11 +7,12 @@ cheaper to define, which every process start pays for each class (docs/architect
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from acode.domain.events import Event
 from acode.domain.reducer import StepRecord
+from acode.domain.retention import prune_record_message
 
 __all__ = [
     "Backlog",
@@ -170,6 +171,33 @@ class PrunedRow(NamedTuple):
     key_id: str
     signature: bytes
     files_left: int = 0  # 1: its files wait to be removed, 2: its rollback backups too
+
+    @classmethod
+    def signed(
+        cls,
+        session_id: str,
+        state: str,
+        pruned_at: int,
+        last: tuple[Any, Any] | None,
+        *,
+        key_id: str,
+        sign: Callable[[bytes], bytes],
+        files_left: int,
+    ) -> PrunedRow:
+        """The record of session ``session_id`` pruned at ``pruned_at``, whose last event
+        is ``last`` (its seq and hash; None: it had none), signed with ``sign``."""
+        last_seq, last_hash = (int(last[0]), bytes(last[1])) if last else (0, b"")
+        message = prune_record_message(session_id, state, pruned_at, last_seq, last_hash)
+        return cls(
+            id=session_id,
+            state=state,
+            pruned_at=pruned_at,
+            last_seq=last_seq,
+            last_hash=last_hash,
+            key_id=key_id,
+            signature=sign(message),
+            files_left=files_left,
+        )
 
 
 class PruneCost(NamedTuple):

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from acode.domain.retention import prune_record_message
 from acode.store.records import PruneCost, PrunedRow, SessionRow
 
 if TYPE_CHECKING:
@@ -134,17 +133,8 @@ def prune_sessions(
         assert found is not None  # the caller holds its lock, and read it just now
         sid, state, workspace = found
         last = conn.execute(SELECT_LAST_EVENT, (sid,)).fetchone()
-        last_seq, last_hash = (int(last[0]), bytes(last[1])) if last else (0, b"")
-        message = prune_record_message(row.id, state, now_us, last_seq, last_hash)
-        record = PrunedRow(
-            id=row.id,
-            state=state,
-            pruned_at=now_us,
-            last_seq=last_seq,
-            last_hash=last_hash,
-            key_id=key_id,
-            signature=sign(message),
-            files_left=files_left,
+        record = PrunedRow.signed(
+            row.id, state, now_us, last, key_id=key_id, sign=sign, files_left=files_left
         )
         conn.execute(LET_PRUNE, (str(sid),))
         for sql in _DELETES:

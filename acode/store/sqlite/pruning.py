@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from acode.domain.retention import prune_record_message
 from acode.store.records import PruneCost, PrunedRow, SessionRow
 from acode.store.sqlite.connection import atomic, write_error
 from acode.store.sqlite.keys import key
@@ -159,17 +158,8 @@ class Pruning:
         sid, state = conn.execute(SELECT_SESSION, (row.id,)).fetchone()
         bounds = (key(sid, 0), key(sid + 1, 0))
         last = conn.execute(SELECT_LAST_EVENT, bounds).fetchone()
-        last_seq, last_hash = (int(last[0]), bytes(last[1])) if last else (0, b"")
-        message = prune_record_message(row.id, state, now_us, last_seq, last_hash)
-        record = PrunedRow(
-            id=row.id,
-            state=state,
-            pruned_at=now_us,
-            last_seq=last_seq,
-            last_hash=last_hash,
-            key_id=key_id,
-            signature=sign(message),
-            files_left=files_left,
+        record = PrunedRow.signed(
+            row.id, state, now_us, last, key_id=key_id, sign=sign, files_left=files_left
         )
         conn.execute(INSERT_PRUNING, (sid,))
         for sql in _DELETES:

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from acode.fleet.queue import QueueItem
 
-__all__ = ["Action", "Decision", "decide_claim"]
+__all__ = ["Action", "Decision", "decide_claim", "store_workspace"]
 
 
 class Action(Enum):
@@ -24,6 +24,13 @@ class Decision(NamedTuple):
     action: Action
     workspace: Path | None = None  # RESUME: where the session's workspace is
     reason: str = ""  # RESTART, FAIL: why
+
+
+def store_workspace(item: QueueItem) -> str:
+    """The name the clones of ``item`` share in a shared session store (``store.workspace``):
+    every worker that claims it, on any machine, sees its session under that name. One
+    per item, not per repository: a clone lists the sessions of its own item alone."""
+    return f"acode-fleet-item-{item.id}"
 
 
 def decide_claim(item: QueueItem, host: str, *, shared_store: bool = False) -> Decision:

@@ -5,7 +5,8 @@ fresh clone through the shared PostgreSQL store and the hand-off ref.
 Each round: worker A (a directory of its own) claims an item whose plan writes a file and
 then naps in a `run` step; once the work tree's ref is on the repository, worker B starts
 in another directory and waits for work; A is killed with SIGKILL (its session gets
-SIGTERM from the kernel and pauses). B claims the item when A's lease lapses, clones the
+SIGTERM from the kernel and pauses), and its machine is named another one on the item
+(all runs on one machine here). B claims the item when A's lease lapses, clones the
 repository and `acode resume`s the session. Three intervals, from the lease's lapse (the
 item's ``lease_expires`` after A died, the database's clock): B's claim (the item's
 ``started_at``), the session's ``session_resumed`` event, and its first ``step_started``
@@ -133,6 +134,7 @@ def _round(url: str, repo: Path, root: Path, r: int, lease: float, result: Recov
         finally:
             a.send_signal(signal.SIGKILL)
             a.wait()
+        _elsewhere(url, item.id)
         lapse = queue.item(item.id).lease_expires
         if b.wait(120) != 0:
             raise RuntimeError(f"fleet-recovery: worker B exited {b.returncode}")
@@ -152,6 +154,18 @@ def _round(url: str, repo: Path, root: Path, r: int, lease: float, result: Recov
     result.seconds["claimed"].append((done.started_at - lapse).total_seconds())
     result.seconds["resumed"].append(_since(lapse, rows[resumed][1]))
     result.seconds["first_step"].append(_since(lapse, first))
+
+
+def _elsewhere(url: str, item: int) -> None:
+    """Name worker A's machine another one: B, on this one, would resume A's workspace
+    in place, where what is measured is the resume on another machine, in a fresh clone."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE acode_fleet.queue_items SET session_host = 'machine-a' WHERE id = %s",
+            (item,),
+        )
 
 
 def _since(lapse: datetime, ts_us: int) -> float:
@@ -197,7 +211,9 @@ def render_recovery(result: Recovery) -> str:
         "",
         "Worker A runs a plan session in its clone, the PostgreSQL store shared by every "
         "worker (`ACODE_STORE_URL`), and is killed with SIGKILL in the session's second "
-        "step, a `run` step (its session gets SIGTERM from the kernel and pauses). Worker B, "
+        "step, a `run` step (its session gets SIGTERM from the kernel and pauses); the item "
+        "names A's machine another one (B resumes a workspace of its own machine in place, "
+        "without a clone). Worker B, "
         "in another directory and idle, claims the item when A's lease lapses, clones the "
         "repository (a bare one on disk), and `acode resume`s the session there: the work "
         "tree fetched by its hand-off ref, the history verified, the interrupted step run "

@@ -37,18 +37,21 @@ def decide_claim(item: QueueItem, host: str, *, shared_store: bool = False) -> D
     """How ``item``, just claimed on ``host``, goes on from where its last claim left it.
 
     A session lives in the SQLite of the workspace its worker cloned: it can be resumed
-    where that workspace is (this host, the folder still there), or anywhere once the
-    store is shared (``shared_store``: PostgreSQL as the store and the hand-off ref
-    ``refs/acode/sessions/<id>``, which give any worker its history and its work tree).
+    where that workspace is (this host, the folder still there), or elsewhere, in a fresh
+    clone, once the store is shared (``shared_store``: PostgreSQL as the store and the
+    hand-off ref ``refs/acode/sessions/<id>``, which give any worker its history and its
+    work tree).
     Otherwise starting over is safe only when none of its steps acted outside the
     workspace (a ``run`` or ``python`` step started): the fresh clone undoes the rest."""
     if item.session_id is None:
         return Decision(Action.START)
-    if shared_store:
-        return Decision(Action.RESUME)
     workspace = Path(item.session_workspace) if item.session_workspace else None
     if item.session_host == host and workspace is not None and workspace.is_dir():
+        # Even with a shared store: nothing to clone or fetch, and a session stopped
+        # before its work tree was first recorded goes on too.
         return Decision(Action.RESUME, workspace)
+    if shared_store:
+        return Decision(Action.RESUME)
     where = f"{item.session_workspace} on host {item.session_host}"
     if not item.outside_effects:
         return Decision(

@@ -66,6 +66,9 @@ def test_a_dead_workers_session_goes_on_in_another_workers_fresh_clone(
     for pid in doomed:
         os.kill(pid, signal.SIGKILL)
     a.wait()
+    # Worker a's machine, as b sees it: another one (b resumes a workspace of its own
+    # machine in place).
+    fleet.execute("UPDATE acode_fleet.queue_items SET session_host = 'machine-a'")
     b = fleet.worker("b", "--once")
 
     assert b.wait(120) == 0

@@ -61,7 +61,8 @@ class WorkerOptions:
     lease_seconds: float = 30.0
     once: bool = False  # exit once the queue has nothing queued or running
     # The sessions' PostgreSQL store (``store.url``), which every worker shares: a session
-    # left by a dead worker is resumed in a fresh clone here. None: each clone's SQLite.
+    # a dead worker left on another machine is resumed in a fresh clone here. None: each
+    # clone's SQLite file.
     store_url: str | None = None
 
 
@@ -307,9 +308,8 @@ class Worker:
         told = ""
         while True:
             code, final = self._run_child(queue, held, argv, workspace)
-            if argv[0] != "resume" or code != SessionLockedError.exit_code:
-                return code, final
-            if held.lost.is_set() or self._stopping.is_set():
+            locked = argv[0] == "resume" and code == SessionLockedError.exit_code
+            if not locked or held.lost.is_set() or self._stopping.is_set():
                 return code, final
             reason = self._log_tail(workspace.parent)
             if reason != told:

@@ -84,6 +84,30 @@ def test_a_dead_workers_session_goes_on_in_another_workers_fresh_clone(
     assert git(bare_repo, "log", "--format=%s", branch).splitlines().count("Add a1") == 1
     assert sorted(effects.read_text().splitlines()) == ["1-e1", "1-e2"], "a step ran twice"
     assert sorted(_completed_steps(fleet)) == sorted(["w1", "e1", "slow", "e2", "c", "w2"])
+    stored = fleet.query("SELECT id, workspace FROM acode_store.sessions")
+    assert stored == [(session, "acode-fleet-item-1")]
+
+
+def test_a_session_process_gets_the_store_and_its_name_never_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acode.fleet.worker import Worker, WorkerOptions
+    from tests.fleet.test_decisions import _item
+
+    monkeypatch.setenv("ACODE_FLEET_URL", "postgresql://fleet:pw@q/db")
+    monkeypatch.delenv("ACODE_STORE_URL", raising=False)
+    store = "postgresql://store:pw@s/db"  # from the worker's settings file, say
+    shared = Worker(WorkerOptions(url="q", home=tmp_path, store_url=store), print)
+    alone = Worker(WorkerOptions(url="q", home=tmp_path), print)
+
+    env = shared._child_env(_item(id=7))
+
+    assert "ACODE_FLEET_URL" not in env
+    assert env["ACODE_STORE_URL"] == store
+    assert env["ACODE_STORE_WORKSPACE"] == "acode-fleet-item-7"
+    assert env["ACODE_HANDOFF_REMOTE"] == "origin"
+    plain = alone._child_env(_item(id=7))
+    assert not {"ACODE_FLEET_URL", "ACODE_STORE_URL", "ACODE_HANDOFF_REMOTE"} & set(plain)
 
 
 def test_a_resume_refused_while_the_session_is_held_is_tried_again(

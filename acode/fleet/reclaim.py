@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from acode.fleet.queue import QueueItem
 
-__all__ = ["Action", "Decision", "decide_claim", "store_workspace"]
+__all__ = ["Action", "Decision", "decide_claim", "out_of_reach", "store_workspace"]
 
 
 class Action(Enum):
@@ -53,16 +53,27 @@ def decide_claim(item: QueueItem, host: str, *, shared_store: bool = False) -> D
     if shared_store:
         return Decision(Action.RESUME)
     where = f"{item.session_workspace} on host {item.session_host}"
+    return out_of_reach(
+        item,
+        f"was left in {where}, out of reach",
+        "Resuming it on another machine needs a shared session store (docs/fleet.md)",
+    )
+
+
+def out_of_reach(item: QueueItem, why: str, more: str = "") -> Decision:
+    """``item``'s session cannot go on here (``why``, after "session <id> "): it starts
+    over in a fresh clone, which undoes the rest, when none of its steps acted outside its
+    workspace (a ``run`` or ``python`` step started); otherwise the item fails rather than
+    do that twice (``more``: what would have saved it)."""
+    short = str(item.session_id)[:8]
     if not item.outside_effects:
         return Decision(
             Action.RESTART,
-            reason=f"session {item.session_id[:8]} was left in {where}, out of reach; "
-            "none of its steps acted outside its workspace, so it starts over",
+            reason=f"session {short} {why}; none of its steps acted outside its workspace, "
+            "so it starts over",
         )
     return Decision(
         Action.FAIL,
-        reason=f"session {item.session_id[:8]} was left in {where}, out of reach, after a "
-        "run or python step that may have acted outside its workspace: starting over could "
-        "do that twice. Resuming it on another machine needs a shared session store "
-        "(docs/fleet.md)",
+        reason=f"session {short} {why}, after a run or python step that may have acted "
+        "outside its workspace: starting over could do that twice" + (f". {more}" if more else ""),
     )

@@ -31,9 +31,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from acode.errors import FleetError, SessionLockedError, TerminalStateError
+from acode.errors import (
+    EnvironmentValidationError,
+    FleetError,
+    SessionLockedError,
+    TerminalStateError,
+)
 from acode.fleet.queue import LeaseLost, Queue, QueueItem
-from acode.fleet.reclaim import Action, decide_claim, store_workspace
+from acode.fleet.reclaim import Action, Decision, decide_claim, out_of_reach, store_workspace
 from acode.fleet.repo import clone, mask_url, push_result
 
 __all__ = ["Report", "Worker", "WorkerOptions"]
@@ -47,6 +52,8 @@ _CHILD_FLAGS = ("--json", "--mode", "autopilot", "--")
 # A resume refused because the session is held (exit 16) is tried again after this many
 # seconds, doubled each time up to the second figure, while the item's lease is ours.
 _LOCKED_RETRY = (0.25, 2.0)
+# A resume that cannot bring the session's work tree into a fresh clone, or check it.
+_REFUSED_HERE = EnvironmentValidationError.exit_code
 # An idle slot wakes this long after the soonest lease of a running item lapses, to claim
 # it then rather than at its next poll.
 _AFTER_LAPSE = 0.05
@@ -246,6 +253,10 @@ class Worker:
                 "repo": mask_url(item.repo_url),
             }
         )
+        self._go_on(queue, held, decision)
+
+    def _go_on(self, queue: Queue, held: _Held, decision: Decision) -> None:
+        item = held.item
         if decision.action is Action.FAIL:
             self._finish(queue, held, None, decision.reason)
             return
@@ -271,6 +282,12 @@ class Worker:
         code, final = self._run_session(queue, held, argv, workspace)
         if held.lost.is_set():
             raise LeaseLost(f"queue item {item.id}")
+        if argv[0] == "resume" and decision.workspace is None and code == _REFUSED_HERE:
+            # Its work tree cannot be brought into the fresh clone (its machine was lost
+            # before it pushed it, or no step had changed a file yet): out of reach.
+            why = f"cannot be resumed here: {self._log_tail(workspace.parent)}"
+            self._go_on(queue, held, out_of_reach(item, why))
+            return
         if argv[0] == "resume" and code == TerminalStateError.exit_code:
             # It ended before: its worker died between the end and the push.
             final = {"id": item.session_id, **self._ended(item, workspace)}

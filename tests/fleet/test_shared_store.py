@@ -6,6 +6,7 @@ again, not failed. Real workers, a real PostgreSQL, a bare repository on disk.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -60,11 +61,14 @@ def test_a_dead_workers_session_goes_on_in_another_workers_fresh_clone(
 
     # "worker": the session gets SIGTERM from the kernel and pauses; "machine": it dies
     # mid-step with its worker, as when the machine is lost.
+    os.kill(a.pid, signal.SIGSTOP)  # frozen, so that it sees none of its session's end
     doomed = [a.pid]
     if lost == "machine":
         doomed += [p.pid for p in psutil.Process(a.pid).children(recursive=True)]
-    for pid in doomed:
-        os.kill(pid, signal.SIGKILL)
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in doomed:
+            with contextlib.suppress(ProcessLookupError):  # a git that just ended
+                os.kill(pid, sig)
     a.wait()
     # Worker a's machine, as b sees it: another one (b resumes a workspace of its own
     # machine in place).
@@ -86,6 +90,51 @@ def test_a_dead_workers_session_goes_on_in_another_workers_fresh_clone(
     assert sorted(_completed_steps(fleet)) == sorted(["w1", "e1", "slow", "e2", "c", "w2"])
     stored = fleet.query("SELECT id, workspace FROM acode_store.sessions")
     assert stored == [(session, "acode-fleet-item-1")]
+
+
+@pytest.mark.parametrize("outside", [True, False], ids=["acted-outside", "stayed-inside"])
+def test_a_session_whose_work_tree_never_reached_the_repository_is_out_of_reach(
+    fleet: Fleet, bare_repo: Path, outside: bool
+) -> None:
+    """Its machine lost before it pushed the work tree: the resume in a fresh clone is
+    refused, and the item goes on as without a shared store: it fails after a step that
+    acted outside, else starts over."""
+    effects, marker = fleet.root / "effects", fleet.root / "napped"
+    plan = _napping_plan(fleet.root / "plan1.yaml", effects, marker)
+    tree = reference_tree(
+        fleet, bare_repo, write_plan(fleet.root / "ref1.yaml", 1, fleet.root / "ref-fx"), "ref1"
+    )
+    fleet.extra_env = {"ACODE_STORE_URL": fleet.pg.store_url(fleet.dbname)}
+    assert fleet.acode("queue", "add", str(plan), "--repo", str(bare_repo)).returncode == 0
+    a = fleet.worker("a")
+    fleet.wait_for("the session to nap", marker.exists)
+    os.kill(a.pid, signal.SIGKILL)
+    a.wait()
+    (item,) = fleet.items()
+    git(bare_repo, "update-ref", "-d", f"refs/acode/sessions/{item['session_id']}")
+    # "stayed-inside": as if its steps had not acted outside (it cannot be told from here).
+    fleet.execute(
+        "UPDATE acode_fleet.queue_items SET session_host = 'machine-a', outside_effects = %s",
+        (outside,),
+    )
+
+    b = fleet.worker("b", "--once")
+
+    assert b.wait(120) == 0
+    (item,) = fleet.items()
+    events = fleet.output("b")
+    if outside:
+        assert (item["state"], item["result_branch"]) == ("failed", None), item
+        assert "cannot be resumed here: error ACODE-HANDOFF-001" in item["error"]
+        assert "starting over could do that twice" in item["error"]
+        assert effects.read_text().splitlines() == ["1-e1"], "a step ran again"
+        return
+    assert item["state"] == "done", item
+    assert [e["event"] for e in events if e["event"] in ("restart", "done")] == [
+        "restart",
+        "done",
+    ]
+    assert git(bare_repo, "rev-parse", f"{item['result_branch']}^{{tree}}") == tree
 
 
 def test_a_session_process_gets_the_store_and_its_name_never_the_queue(

@@ -14,6 +14,11 @@ Environment variables (an empty value counts as unset):
 ``ACODE_STORE_URL``
     replaces ``store.url``: the PostgreSQL database that stores the sessions (its password
     too is better kept out of a file).
+``ACODE_STORE_WORKSPACE``
+    replaces ``store.workspace``: the workspace's name in that database.
+``ACODE_HANDOFF_REMOTE``
+    replaces ``handoff.remote``: the git remote a session's work tree is pushed to. A fleet
+    worker sets both for its sessions, whose clones' files are the repository's.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ ENV_OVERRIDES: Mapping[str, tuple[str, str]] = {
     "ACODE_SYNC_DSN": ("sync", "remote"),
     "ACODE_FLEET_URL": ("fleet", "url"),
     "ACODE_STORE_URL": ("store", "url"),
+    "ACODE_STORE_WORKSPACE": ("store", "workspace"),
+    "ACODE_HANDOFF_REMOTE": ("handoff", "remote"),
 }
 
 # Every key with its default, so that a person sees what can be changed. A test keeps it

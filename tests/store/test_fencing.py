@@ -177,14 +177,17 @@ from acode.store.base import open_store
 from acode.store.leases import Lease
 from acode.system.process_table import process_table_id, start_mark
 
-url, session_id, go = sys.argv[1:]
+url, session_id, go, end = sys.argv[1:]
 store = open_store(url)
 me = Lease.for_this_process(process_table_id(), start_mark(os.getpid()), start_mark)
 while not Path(go).exists():
     time.sleep(0.001)
 outcome = store.take_lease(session_id, me, 30)
 print(json.dumps({"epoch": outcome.epoch, "refused": outcome.holder is not None,
-                  "replaced": outcome.replaced.pid if outcome.replaced else None}))
+                  "replaced": outcome.replaced.pid if outcome.replaced else None}), flush=True)
+# Alive until both have asked: a winner that had ended would be taken over in its turn.
+while not Path(end).exists():
+    time.sleep(0.01)
 store.close()
 """
 
@@ -199,11 +202,11 @@ def test_two_processes_taking_over_a_dead_holder_at_once_one_wins(url: str, tmp_
         assert store.take_lease(row.id, dead, 30).epoch == 1
         ended.kill()
         ended.wait()
-    go = tmp_path / "go"
+    go, end = tmp_path / "go", tmp_path / "end"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     racers = [
         subprocess.Popen(
-            [sys.executable, "-c", RACER, url, row.id, str(go)],
+            [sys.executable, "-c", RACER, url, row.id, str(go), str(end)],
             stdout=subprocess.PIPE,
             text=True,
             env=env,
@@ -211,7 +214,33 @@ def test_two_processes_taking_over_a_dead_holder_at_once_one_wins(url: str, tmp_
         for _ in range(2)
     ]
     go.touch()
-    found = [json.loads(r.communicate(timeout=60)[0]) for r in racers]
+    assert all(r.stdout for r in racers)
+    found = [json.loads(r.stdout.readline()) for r in racers if r.stdout]
+    end.touch()
+    for r in racers:
+        r.communicate(timeout=60)
     assert sorted(f["epoch"] for f in found) == [0, 2]
     assert sorted(f["refused"] for f in found) == [False, True]
     assert [f["replaced"] for f in found if f["epoch"]] == [ended.pid]
+
+
+def test_a_write_in_flight_holds_a_take_over_back_and_one_that_never_ends_is_not_waited_for(
+    pg_server: PgServer, dbname: str, url: str
+) -> None:
+    import psycopg
+
+    with closing(_pg(open_store(url))) as a, closing(_pg(open_store(url))) as b:
+        row = EventStoreContract.new_session(a, 1)
+        assert a.take_lease(row.id, _me(), 0).epoch == 1  # lapsed at once
+        # A's write of epoch 1 in flight, frozen before its COMMIT: the lease's row is
+        # held (FOR SHARE), so that no take-over misses what it writes.
+        with psycopg.connect(pg_server.direct_dsn(dbname)) as frozen:
+            frozen.execute(
+                "SELECT 1 FROM acode_store.session_leases WHERE session_id = %s"
+                " AND epoch = 1 FOR SHARE",
+                (row.id,),
+            )
+            waited = b.take_lease(row.id, Lease.for_this_process("another-machine", 1), 30)
+            assert (waited.epoch, waited.holder) == (0, None)  # not taken, not waited on
+            frozen.rollback()
+        assert b.take_lease(row.id, Lease.for_this_process("another-machine", 1), 30).epoch == 2

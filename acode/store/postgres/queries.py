@@ -264,6 +264,7 @@ TAKE_LEASE = (
     " OR (l.token = %(gone)s AND l.epoch = %(gone_epoch)s)"
     " RETURNING l.epoch, (SELECT sid FROM acode_store.sessions WHERE id = %(id)s)"
 )
+LEASE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '2000', true)"
 SELECT_LEASE = (
     "SELECT token, host, pid, since, expires, machine, started, epoch"
     " FROM acode_store.session_leases WHERE session_id = %s AND token IS NOT NULL"

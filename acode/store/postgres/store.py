@@ -80,6 +80,7 @@ class PostgresStore:
         # Looked up once: the step path catches them at every write.
         self._driver_error = psycopg.Error
         self._pool_timeout = PoolTimeout
+        self._lock_not_available = psycopg.errors.LockNotAvailable
         self._address = address
         self._url = url
         # A store opened for one workspace sees its sessions alone (queries.py).
@@ -353,7 +354,18 @@ class PostgresStore:
         sids: list[int | None] = []
 
         def attempt(gone: str | None, gone_epoch: int | None) -> int | None:
-            taken = self._one(q.TAKE_LEASE, {**params, "gone": gone, "gone_epoch": gone_epoch})
+            with self._conn() as conn, conn.transaction():
+                # A write of the holder in flight holds the row (FOR SHARE) until it
+                # commits: one that does not (its process frozen, or cut off) is not
+                # waited for long. Not taken: the holder is named as any other's.
+                conn.execute(q.LEASE_LOCK_TIMEOUT)
+                try:
+                    with conn.transaction():  # a savepoint: the time-out ends it alone
+                        taken = conn.execute(
+                            q.TAKE_LEASE, {**params, "gone": gone, "gone_epoch": gone_epoch}
+                        ).fetchone()
+                except self._lock_not_available:
+                    taken = None
             if taken is None:
                 return None
             sids.append(None if taken[1] is None else int(taken[1]))
@@ -732,16 +744,19 @@ class PostgresStore:
 
 
 def _taken_over(session_id: str, epoch: int | None) -> SessionTakenOverError:
-    if not epoch:
+    short = session_id[:8]
+    if not epoch:  # given up by this process itself (acode.engine.leases)
         return SessionTakenOverError(
-            f"session {session_id[:8]}: this process lost its lease (it could not renew it "
-            "in time: cut off from the store?) and stops here without writing more",
-            hint=f"`acode resume {session_id[:8]}` continues it, here or on another machine",
+            f"session {short}: this process no longer holds its lease (another process "
+            "took the session over, or this one could not renew the lease in time: cut "
+            "off from the store?) and stops here without writing more",
+            hint=f"`acode session show {short}` shows where the session stands; if no "
+            f"other process took it over, `acode resume {short}` continues it",
         )
     return SessionTakenOverError(
-        f"session {session_id[:8]} was taken over by another process (this process held "
-        f"epoch {epoch} of its lease): this process stops; the session continues there",
-        hint=f"`acode session show {session_id[:8]}` shows where it stands",
+        f"session {short} was taken over by another process (this process held epoch "
+        f"{epoch} of its lease): this process stops; the session continues there",
+        hint=f"`acode session show {short}` shows where it stands",
     )
 
 

@@ -23,7 +23,8 @@ import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from acode.errors import SessionLockedError, SessionTakenOverError, StorageError
 from acode.system.log import log_event
@@ -34,11 +35,15 @@ if TYPE_CHECKING:
     from acode.store.postgres.store import PostgresStore
     from acode.system.workspace import StatePaths
 
-__all__ = ["LOST_GRACE_SECONDS", "StoreLease", "held_elsewhere", "this_process"]
+__all__ = ["LOST_GRACE_SECONDS", "StoreLease", "held_elsewhere", "hold_session", "this_process"]
+
+_T = TypeVar("_T")
 
 # How long a process whose lease is lost has to meet its refused write and end on its
 # own before it is ended.
 LOST_GRACE_SECONDS = 3.0
+# How long the end of a session waits for the server to take its lease back.
+GIVE_BACK_SECONDS = 2.0
 # The renewal counts on its lease a tenth shorter than it is: the server's clock and
 # this machine's need not agree to the millisecond, and a renewal has to get there.
 _MARGIN = 0.9
@@ -133,13 +138,13 @@ class StoreLease:
             return False
 
     def release(self) -> None:
-        """Stop renewing and give the lease back (unless lost): a resume takes it at once."""
+        """Stop renewing and give the lease back (unless lost): a resume takes it at
+        once. A server that does not answer is not waited for: the lease lapses."""
         self._closing.set()
         if self.lost.is_set():
             return
         self._store.forfeit_lease(self._session_id)  # nothing more is written meanwhile
-        with contextlib.suppress(StorageError):  # it lapses by itself
-            self._store.give_back_lease(self._session_id, self._lease)
+        _within(GIVE_BACK_SECONDS, self._store.give_back_lease, self._session_id, self._lease)
 
     def _renew(self) -> None:
         every = self._seconds / 3
@@ -152,7 +157,15 @@ class StoreLease:
                 self._lose("not renewed in time")
                 return
             sent = time.monotonic()
-            answer = self._ask(self._valid_until - sent)
+            # A server cut off may not answer at all: waited for until the lease would
+            # lapse. True renewed, False another's, None no answer.
+            answer = _within(
+                self._valid_until - sent,
+                self._store.renew_lease,
+                self._session_id,
+                self._lease,
+                self._seconds,
+            )
             if answer is True:
                 self._valid_until = sent + self._seconds * _MARGIN
                 due = sent + every
@@ -161,20 +174,6 @@ class StoreLease:
                 return
             else:  # no answer: asked again soon, until the lease would lapse
                 due = time.monotonic() + min(1.0, every)
-
-    def _ask(self, timeout: float) -> bool | None:
-        """One renewal, waited for at most ``timeout`` (a server cut off does not
-        answer at all): True renewed, False another's, None no answer."""
-        answer: list[bool | None] = [None]
-
-        def renew() -> None:
-            with contextlib.suppress(StorageError):
-                answer[0] = self._store.renew_lease(self._session_id, self._lease, self._seconds)
-
-        asker = threading.Thread(target=renew, name="acode-lease-renewal", daemon=True)
-        asker.start()
-        asker.join(max(timeout, 0.0))
-        return answer[0]
 
     def _lose(self, reason: str) -> None:
         from acode.system.process_table import kill_descendants
@@ -189,10 +188,26 @@ class StoreLease:
             # Still running: waiting on a model or on the store. Nothing it would write
             # is taken any more; it ends here.
             error = SessionTakenOverError(
-                f"session {self._session_id[:8]}: this process lost its lease "
-                f"({reason}) and stops here without writing more",
-                hint=f"`acode session show {self._session_id[:8]}` shows where it stands",
+                f"session {self._session_id}: this process lost its lease ({reason}) "
+                "and stops here without writing more",
+                hint=f"`acode session show {self._session_id}` shows where it stands",
             )
             sys.stderr.write(f"{error}\n")
             sys.stderr.flush()
             os._exit(SessionTakenOverError.exit_code)
+
+
+def _within(timeout: float, call: Callable[..., _T], *args: object) -> _T | None:
+    """``call(*args)`` in a thread of its own, waited for at most ``timeout`` seconds:
+    its result, or None when it failed (a StorageError) or did not answer in time (it
+    is left to end by itself, or never, on a connection that went silent)."""
+    answer: list[_T | None] = [None]
+
+    def ask() -> None:
+        with contextlib.suppress(StorageError):
+            answer[0] = call(*args)
+
+    asker = threading.Thread(target=ask, name="acode-lease-call", daemon=True)
+    asker.start()
+    asker.join(max(timeout, 0.0))
+    return answer[0]

@@ -262,7 +262,7 @@ def test_a_session_cut_off_from_postgresql_stops_itself_before_its_lease_lapses(
     c.proxy.set_mode("reset")  # A reaches PostgreSQL no more
     stopped = c.a.finish(run, expect=19, timeout=LEASE_SECONDS * 4)
     assert "ACODE-SESSION-004" in stopped.flat_err, stopped.describe()
-    assert "lost its lease" in stopped.flat_err
+    assert "no longer holds the session's lease" in stopped.flat_err
     # Its nap was killed with it: nothing of A runs on.
     wait_for("A's step to be killed", lambda: not _sleeping(c.a.workspace / "pids"))
     # A wrote nothing since (not even a pause).

@@ -110,7 +110,7 @@ def test_a_write_with_a_stale_epoch_is_refused_by_the_database_and_leaves_nothin
         before = _counts(pg_server, dbname)
 
         # A's late writes, every kind of them: refused, and nothing of them is written.
-        with pytest.raises(SessionTakenOverError, match=r"taken over .*epoch 1"):
+        with pytest.raises(SessionTakenOverError, match=r"taken over .*epoch 1 "):
             a.commit(row.sid, commit_of([_event(4)]))
         with pytest.raises(SessionTakenOverError):
             a.commit(

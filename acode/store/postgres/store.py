@@ -744,19 +744,20 @@ class PostgresStore:
 
 
 def _taken_over(session_id: str, epoch: int | None) -> SessionTakenOverError:
-    short = session_id[:8]
+    # The whole id in the hints: a store this process may not reach cannot be asked for
+    # the shortest prefix that is unique.
     if not epoch:  # given up by this process itself (acode.engine.leases)
         return SessionTakenOverError(
-            f"session {short}: this process no longer holds its lease (another process "
-            "took the session over, or this one could not renew the lease in time: cut "
-            "off from the store?) and stops here without writing more",
-            hint=f"`acode session show {short}` shows where the session stands; if no "
-            f"other process took it over, `acode resume {short}` continues it",
+            "this process no longer holds the session's lease (another process took the "
+            "session over, or this one could not renew the lease in time: cut off from "
+            "the store?) and stops here without writing more",
+            hint=f"`acode session show {session_id}` shows where the session stands; if "
+            f"no other process took it over, `acode resume {session_id}` continues it",
         )
     return SessionTakenOverError(
-        f"session {short} was taken over by another process (this process held epoch "
-        f"{epoch} of its lease): this process stops; the session continues there",
-        hint=f"`acode session show {short}` shows where it stands",
+        f"the session was taken over by another process (this process held epoch {epoch} "
+        "of its lease): this process stops; the session continues there",
+        hint=f"`acode session show {session_id}` shows where it stands",
     )
 
 

@@ -229,6 +229,23 @@ def test_a_live_holder_here_is_refused_and_a_dead_one_here_is_taken_at_once(
     assert _epoch(c, session_id) == 2
 
 
+def test_a_paused_session_gives_its_lease_back(clones: Clones) -> None:
+    c = clones
+    run, session_id = _start_in_a(c, "sleep 60")
+    os.kill(run.pid, signal.SIGTERM)
+    c.a.finish(run, expect=130)
+    import psycopg
+
+    with psycopg.connect(c.pg.direct_dsn(c.dbname), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT epoch, token, expires FROM acode_store.session_leases WHERE session_id = %s",
+            (session_id,),
+        ).fetchone()
+    assert row == (1, None, None)  # free: another machine takes it at once
+    c.b("resume", session_id, "--mode", "autopilot")
+    assert _epoch(c, session_id) == 2
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
 def test_a_holder_on_another_machine_is_waited_for_until_its_lease_lapses(
     clones: Clones,

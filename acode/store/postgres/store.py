@@ -96,10 +96,11 @@ class PostgresStore:
         self._backlog = q.scoped(q.SELECT_BACKLOG, scope)
         self._scope_sql = scope
         self._stored_session = q.scoped(SELECT_STORED_SESSION, scope)
-        # The leases this store's process holds (session id: epoch), and the fence of
-        # each of those sessions' writes (sid: (session id, epoch); epoch 0: the lease is
-        # lost, and every write is refused here).
+        # The leases this store's process holds (session id: epoch), those it gave up
+        # without the server (forfeit_lease), and the fence of each of those sessions'
+        # writes (sid: (session id, epoch); epoch 0: given up, every write refused here).
         self._held: dict[str, int] = {}
+        self._forfeited: set[str] = set()
         self._fences: dict[int, Fence] = {}
 
     @classmethod
@@ -198,6 +199,8 @@ class PostgresStore:
             key_id,
         )
         epoch = self._held.get(session_id)
+        if session_id in self._forfeited:
+            raise _taken_over(session_id, 0)
         fence = None if epoch is None else (session_id, epoch)
         try:
             with self._conn() as conn, conn.transaction():
@@ -400,13 +403,14 @@ class PostgresStore:
     def holds_lease(self, session_id: str, lease: Lease) -> bool:
         """Whether the lease is still this store's and has not lapsed (the server asked)."""
         epoch = self._held.get(session_id)
-        if not epoch:
+        if epoch is None or session_id in self._forfeited:
             return False
         return self._one(q.HOLDS_LEASE, (session_id, lease.token, epoch)) is not None
 
     def give_back_lease(self, session_id: str, lease: Lease) -> None:
         """Give the lease back (if it is still ours): the next holder takes it at once."""
         epoch = self._held.pop(session_id, 0)
+        self._forfeited.discard(session_id)
         self._fences = {s: f for s, f in self._fences.items() if f[0] != session_id}
         if epoch:
             with self._conn() as conn:
@@ -415,7 +419,7 @@ class PostgresStore:
     def forfeit_lease(self, session_id: str) -> None:
         """This process gives up the session without asking the server (which it may not
         reach): from now on every write of the session by this store is refused."""
-        self._held[session_id] = 0
+        self._forfeited.add(session_id)
         for sid, (held_id, _) in list(self._fences.items()):
             if held_id == session_id:
                 self._fences[sid] = (session_id, 0)

@@ -333,3 +333,24 @@ def _sleeping(pids: Path) -> bool:
         except OSError:
             continue
     return False
+
+
+def test_a_session_whose_lease_was_taken_stops_at_its_next_renewal(clones: Clones) -> None:
+    import psycopg
+
+    c = clones
+    run, session_id = _start_in_a(c, "sleep 60")
+    before = _events(c, session_id)
+    # Another process takes the lease over (as a fleet worker whose clock said it had
+    # lapsed would): a new holder, the next epoch.
+    with psycopg.connect(c.pg.direct_dsn(c.dbname), autocommit=True) as conn:
+        conn.execute(
+            "UPDATE acode_store.session_leases SET token = 'other', pid = 1, host = 'elsewhere',"
+            " epoch = epoch + 1, expires = now() + interval '1 hour' WHERE session_id = %s",
+            (session_id,),
+        )
+    stopped = c.a.finish(run, expect=19, timeout=LEASE_SECONDS * 4)
+    assert "ACODE-SESSION-004" in stopped.flat_err, stopped.describe()
+    wait_for("A's step to be killed", lambda: not _sleeping(c.a.workspace / "pids"))
+    assert _events(c, session_id) == before  # nothing written, not even a pause
+    assert "lease_lost" in (c.a.workspace / ".agent/state/logs/acode.jsonl").read_text()

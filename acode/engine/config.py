@@ -108,7 +108,8 @@ fleet:                                  # `acode queue` and `acode worker` (docs
   url: null                             # PostgreSQL URL of the queue; null = store.url,
                                         # else sync.remote
                                         # (env ACODE_FLEET_URL overrides)
-  lease_seconds: 30                     # a worker that stops renewing loses its items after this
+  lease_seconds: 30                     # a worker that stops renewing loses its items after this,
+                                        # and a session on store.url its lease
 
 store:
   url: null                             # postgresql://USER@HOST:PORT/DATABASE keeps the

@@ -430,14 +430,16 @@ class Worker:
         """The environment of the item's `acode` processes: the worker's, which holds the
         checkpoint key they sign with, without the queue's URL (the worker's business, not
         the session's). With a shared store: its URL (from the worker's own settings), the
-        item's name in it, and the hand-off to the clone's ``origin``, the item's
-        repository: the one remote every worker reaches, as it clones from it and pushes
-        the result there."""
+        item's name in it, the hand-off to the clone's ``origin``, the item's repository
+        (the one remote every worker reaches, as it clones from it and pushes the result
+        there), and the worker's lease length, which the session's own lease in the store
+        takes: the two lapse together when a machine is lost."""
         env = {**_without(os.environ, "ACODE_FLEET_URL"), "GIT_TERMINAL_PROMPT": "0"}
         if self.options.store_url is not None:
             env["ACODE_STORE_URL"] = self.options.store_url
             env["ACODE_STORE_WORKSPACE"] = store_workspace(item)
             env["ACODE_HANDOFF_REMOTE"] = "origin"
+            env["ACODE_FLEET_LEASE_SECONDS"] = str(self.options.lease_seconds)
         return env
 
     def _ended(self, item: QueueItem, workspace: Path) -> dict[str, Any]:

@@ -146,7 +146,8 @@ def test_a_session_process_gets_the_store_and_its_name_never_the_queue(
     monkeypatch.setenv("ACODE_FLEET_URL", "postgresql://fleet:pw@q/db")
     monkeypatch.delenv("ACODE_STORE_URL", raising=False)
     store = "postgresql://store:pw@s/db"  # from the worker's settings file, say
-    shared = Worker(WorkerOptions(url="q", home=tmp_path, store_url=store), print)
+    options = WorkerOptions(url="q", home=tmp_path, store_url=store, lease_seconds=4.5)
+    shared = Worker(options, print)
     alone = Worker(WorkerOptions(url="q", home=tmp_path), print)
 
     env = shared._child_env(_item(id=7))
@@ -155,6 +156,7 @@ def test_a_session_process_gets_the_store_and_its_name_never_the_queue(
     assert env["ACODE_STORE_URL"] == store
     assert env["ACODE_STORE_WORKSPACE"] == "acode-fleet-item-7"
     assert env["ACODE_HANDOFF_REMOTE"] == "origin"
+    assert env["ACODE_FLEET_LEASE_SECONDS"] == "4.5"  # the session's lease lapses with the item's
     plain = alone._child_env(_item(id=7))
     assert not {"ACODE_FLEET_URL", "ACODE_STORE_URL", "ACODE_HANDOFF_REMOTE"} & set(plain)
 

@@ -244,3 +244,17 @@ def test_a_write_in_flight_holds_a_take_over_back_and_one_that_never_ends_is_not
             assert (waited.epoch, waited.holder) == (0, None)  # not taken, not waited on
             frozen.rollback()
         assert b.take_lease(row.id, Lease.for_this_process("another-machine", 1), 30).epoch == 2
+
+
+def test_a_pruned_session_leaves_no_lease_behind(
+    pg_server: PgServer, dbname: str, url: str
+) -> None:
+    with closing(open_store(url)) as store:
+        row = EventStoreContract.new_session(store, 1)
+        other = EventStoreContract.new_session(store, 2)
+        for session in (row, other):
+            _pg(store).take_lease(session.id, _me(), 30)
+            _pg(store).give_back_lease(session.id, _me())
+        store.prune([row], now_us=1, key_id="k", sign=lambda m: b"tag", files_left=0)
+    leases = "SELECT session_id FROM acode_store.session_leases"
+    assert _sql(pg_server, dbname, leases) == [(other.id,)]

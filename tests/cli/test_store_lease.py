@@ -219,6 +219,11 @@ def test_a_live_holder_here_is_refused_and_a_dead_one_here_is_taken_at_once(
     assert f"pid {_acode_pid(run)}" in refused.flat_err
     assert "lease until" in refused.flat_err
     assert f"kill {_acode_pid(run)}" in refused.flat_err
+    # Nor may B change it otherwise, though A's lock file is not B's to see.
+    written = len(_events(c, session_id))
+    c.b("session", "discard", session_id, expect=16)
+    c.b("session", "checkpoint", session_id, "--label", "from-b", expect=16)
+    assert len(_events(c, session_id)) == written
 
     os.killpg(run.pid, signal.SIGKILL)
     c.a.finish(run, expect=-signal.SIGKILL)

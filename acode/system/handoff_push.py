@@ -39,6 +39,7 @@ __all__ = [
     "Pushed",
     "forget_session",
     "git_reason",
+    "porcelain",
     "push_refs",
     "read_state",
     "refs_to_push",
@@ -147,7 +148,7 @@ def push_refs(
     code, out, err = run_remote_git(
         workspace, ["push", "--porcelain", "--", remote, *refspecs], timeout
     )
-    lines = _porcelain(out)
+    lines = porcelain(out)
     done: list[str] = []
     reasons: list[str] = []
     retries: list[int] = []
@@ -189,7 +190,7 @@ def _failed(
     )
 
 
-def _porcelain(out: str) -> dict[str, tuple[str, str]]:
+def porcelain(out: str) -> dict[str, tuple[str, str]]:
     """``git push --porcelain``: remote ref -> (flag, summary)."""
     found: dict[str, tuple[str, str]] = {}
     for line in out.splitlines():

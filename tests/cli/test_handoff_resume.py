@@ -229,25 +229,35 @@ def _build_plan(effects: Path, marker: Path, pids: Path) -> str:
     )
 
 
-def _killed_in_build(cli: Cli, tmp_path: Path, effects: Path, name: str) -> str:
-    """Start the build plan in ``cli``'s clone, SIGKILL it in its `build` step once the
-    remote holds the step's snapshot and the session's ref; return the session's id."""
+def _stopped_in_build(
+    cli: Cli, tmp_path: Path, effects: Path, name: str, *, pause: bool = False
+) -> str:
+    """Start the build plan in ``cli``'s clone and stop it in its `build` step: SIGKILL
+    once the remote holds the step's snapshot and the session's ref, or (``pause``)
+    SIGTERM, whose last push sends them with the pause's as-left snapshot; return the
+    session's id."""
     pids = cli.watch_pids(str(tmp_path / f"{name}.pids"))
     cli.write("plan_steps.py", NOTE_STEP)
     cli.write("plan.yml", _build_plan(effects, tmp_path / f"{name}.napped", pids))
     run = cli.start("run", "plan.yml")
     step_started(cli, run, pids)
     session_id = _newest(cli)
-    remote = tmp_path / "team.git"
-    refs = [f"refs/acode/{session_id}/build-1", f"refs/acode/sessions/{session_id}"]
+    ghost = f"refs/acode/{session_id}/build-1"
+    refs = [ghost, f"refs/acode/sessions/{session_id}"]
+    if pause:
+        run.proc.send_signal(signal.SIGTERM)
+        cli.finish(run, expect=130)
+        refs.append(f"{ghost}-as-left")
     here = [git(cli.workspace, "rev-parse", ref).strip() for ref in refs]
+    remote = tmp_path / "team.git"
     wait_for(
-        "the remote to hold the step's snapshot and the session's ref",
+        "the remote to hold the step's snapshots and the session's ref",
         lambda: [_remote_ref(remote, ref) for ref in refs] == here,
         timeout=30,
     )
-    os.killpg(run.proc.pid, signal.SIGKILL)
-    cli.finish(run, expect=-signal.SIGKILL)
+    if not pause:
+        os.killpg(run.proc.pid, signal.SIGKILL)
+        cli.finish(run, expect=-signal.SIGKILL)
     assert (cli.workspace / "gen/one.txt").read_text() == "one\n"  # half done
     assert not (cli.workspace / "gen/two.txt").exists()
     return session_id
@@ -278,7 +288,7 @@ def test_a_run_step_left_running_on_one_machine_is_rolled_back_on_another_as_the
     machines: Machines, tmp_path: Path, background: Background
 ) -> None:
     m = machines
-    session_id = _killed_in_build(m.a, tmp_path, m.effects, "a")
+    session_id = _stopped_in_build(m.a, tmp_path, m.effects, "a")
     assert m.effects.read_text().split() == ["r0", "build"]
     m.b.write("plan.yml", "my own notes\n")  # ignored: a person's file of machine B
 
@@ -303,7 +313,7 @@ def test_a_run_step_left_running_on_one_machine_is_rolled_back_on_another_as_the
         git(tmp_path, "clone", "--quiet", str(m.remote), str(where))
     c = Cli(c_dir, m.b.env, background)
     c_effects = tmp_path / "c-effects"
-    c_session = _killed_in_build(c, tmp_path, c_effects, "c")
+    c_session = _stopped_in_build(c, tmp_path, c_effects, "c")
     c("resume", c_session, "--mode", "autopilot")
     assert c_effects.read_text().split() == ["r0", "build", "build", "after"]
     c_rolled = [e for e in _resume_events(c, c_session) if e["type"] == "step_rolled_back"]
@@ -328,7 +338,7 @@ def test_a_forged_or_missing_snapshot_on_the_remote_is_refused_and_retry_does_wi
     machines: Machines, tmp_path: Path, pg_server: PgServer, dbname: str
 ) -> None:
     m = machines
-    session_id = _killed_in_build(m.a, tmp_path, m.effects, "a")
+    session_id = _stopped_in_build(m.a, tmp_path, m.effects, "a")
     ghost_ref = f"refs/acode/{session_id}/build-1"
     # Someone with push rights points the snapshot's ref at a commit of their own.
     m.b.write("gen/one.txt", "evil\n")
@@ -360,6 +370,28 @@ def test_a_forged_or_missing_snapshot_on_the_remote_is_refused_and_retry_does_wi
     assert m.b.status(session_id)["state"] == "COMPLETED"
     assert m.effects.read_text().split() == ["r0", "build", "build", "after"]
     assert (m.b.workspace / "gen/one.txt").read_text() == "one\n"
+
+
+def test_a_run_step_paused_on_one_machine_is_rolled_back_on_another_half_done_files_gone(
+    machines: Machines, tmp_path: Path
+) -> None:
+    # The pause records the work tree as it stopped (gen/one.txt half written) on the
+    # session's ref: it arrives in B, and the rollback takes the step's work out of it
+    # before the step runs again, as it would in A.
+    m = machines
+    session_id = _stopped_in_build(m.a, tmp_path, m.effects, "a", pause=True)
+    assert m.a.status(session_id)["state"] == "PAUSED"
+
+    done = m.b("resume", session_id, "--mode", "autopilot")
+    assert "build -> rollback_retry" in done.out, done.describe()
+    assert "rolled back to snapshot" in done.out
+    assert m.b.status(session_id)["state"] == "COMPLETED"
+    assert m.effects.read_text().split() == ["r0", "build", "build", "after"]
+    assert (m.b.workspace / "gen/one.txt").read_text() == "one\n"
+    assert (m.b.workspace / "gen/two.txt").read_text() == "two\n"
+    assert (m.b.workspace / "notes/py.txt").read_text() == "noted\n"
+    rolled = [e for e in _resume_events(m.b, session_id) if e["type"] == "step_rolled_back"]
+    assert rolled[0]["payload"]["restored"] == ["gen/one.txt"]
 
 
 def _event_count(pg: PgServer, dbname: str, session_id: str) -> int:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from acode.engine.journal import Journal
     from acode.engine.lifecycle import Workspace
 
-__all__ = ["bring_snapshots"]
+__all__ = ["bring_snapshots", "named_snapshots"]
 
 
 def bring_snapshots(journal: Journal, ws: Workspace) -> tuple[str, ...]:
@@ -33,7 +33,7 @@ def bring_snapshots(journal: Journal, ws: Workspace) -> tuple[str, ...]:
     clone; return the refs fetched. Refuses (EnvironmentValidationError, exit 17,
     nothing changed but git's objects) a remote that cannot be asked, does not have one
     of them, or holds another commit under its name."""
-    missing = {ref: c for ref, c in _named(journal).items() if not has_commit(ws.root, c)}
+    missing = {ref: c for ref, c in named_snapshots(journal).items() if not has_commit(ws.root, c)}
     if not missing:
         return ()
     short = journal.row.short_id
@@ -81,7 +81,7 @@ def bring_snapshots(journal: Journal, ws: Workspace) -> tuple[str, ...]:
     return tuple(sorted(fetched.at))
 
 
-def _named(journal: Journal) -> dict[str, str]:
+def named_snapshots(journal: Journal) -> dict[str, str]:
     """ref -> commit of each snapshot the history names for a step left in progress."""
     named: dict[str, str] = {}
     session_id = journal.row.id

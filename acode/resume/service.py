@@ -547,11 +547,23 @@ def _environment(
         budget_seconds=budget,
     )
     c = preview.continuation
-    if rollback is not None and c is not None and c.in_progress_action == "retry":
+    if (
+        c is not None
+        and c.in_progress_action == "retry"
+        and (rollback is not None or (arriving and strategy != "retry" and _ghosted(journal)))
+    ):
         # A run that declares no paths is rolled back to its ghost snapshot: the plan
         # alone cannot tell that it has one.
         c = replace(c, in_progress_action="rollback_retry")
     return preview._replace(environment=report, continuation=c)
+
+
+def _ghosted(journal: Journal) -> bool:
+    """Whether a step left in progress rolls back to a ghost snapshot: one taken on
+    another machine, before its work tree arrives here."""
+    from acode.resume.arrival_snapshots import named_snapshots
+
+    return bool(named_snapshots(journal))
 
 
 def _may_arrive(config: AcodeConfig) -> bool:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from acode.engine.journal import Journal
     from acode.engine.lifecycle import Workspace
 
-__all__ = ["bring_snapshots", "named_snapshots"]
+__all__ = ["bring_snapshots", "missing_snapshots", "named_snapshots"]
 
 
 def bring_snapshots(journal: Journal, ws: Workspace) -> tuple[str, ...]:
@@ -33,7 +33,7 @@ def bring_snapshots(journal: Journal, ws: Workspace) -> tuple[str, ...]:
     clone; return the refs fetched. Refuses (EnvironmentValidationError, exit 17,
     nothing changed but git's objects) a remote that cannot be asked, does not have one
     of them, or holds another commit under its name."""
-    missing = {ref: c for ref, c in named_snapshots(journal).items() if not has_commit(ws.root, c)}
+    missing = missing_snapshots(journal, ws)
     if not missing:
         return ()
     short = journal.row.short_id
@@ -79,6 +79,12 @@ def bring_snapshots(journal: Journal, ws: Workspace) -> tuple[str, ...]:
                 code=ErrorCode.HANDOFF_FORGED,
             )
     return tuple(sorted(fetched.at))
+
+
+def missing_snapshots(journal: Journal, ws: Workspace) -> dict[str, str]:
+    """ref -> commit of the snapshots the steps left in progress roll back to that are
+    not in this clone."""
+    return {ref: c for ref, c in named_snapshots(journal).items() if not has_commit(ws.root, c)}
 
 
 def named_snapshots(journal: Journal) -> dict[str, str]:

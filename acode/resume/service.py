@@ -586,11 +586,13 @@ def _arrive(
         return None
     from acode.resume.arrival import arrive
 
+    fetched: tuple[str, ...] = ()
     if strategy != "retry":
         from acode.resume.arrival_snapshots import bring_snapshots
 
-        bring_snapshots(journal, ws)
-    return arrive(journal, ws, force=force)
+        fetched = bring_snapshots(journal, ws)
+    arrival = arrive(journal, ws, force=force)
+    return arrival._replace(snapshots=fetched) if arrival is not None else None
 
 
 def _held_by_us(ws: Workspace, session_id: str) -> bool:
@@ -680,8 +682,12 @@ def _preview_in(
     preview = _preview(journal, ws.config, clock.now_us())
     if _may_arrive(ws.config):
         from acode.resume.arrival import pending_arrival
+        from acode.resume.arrival_snapshots import missing_snapshots
 
-        preview = preview._replace(handoff=pending_arrival(journal, ws))
+        arrival = pending_arrival(journal, ws)
+        if arrival is not None and ws.config.resume.in_progress_strategy != "retry":
+            arrival = arrival._replace(snapshots=tuple(missing_snapshots(journal, ws)))
+        preview = preview._replace(handoff=arrival)
     return _environment(
         journal,
         ws,

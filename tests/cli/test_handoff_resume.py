@@ -291,9 +291,14 @@ def test_a_run_step_left_running_on_one_machine_is_rolled_back_on_another_as_the
     session_id = _stopped_in_build(m.a, tmp_path, m.effects, "a")
     assert m.effects.read_text().split() == ["r0", "build"]
     m.b.write("plan.yml", "my own notes\n")  # ignored: a person's file of machine B
+    ghost_ref = f"refs/acode/{session_id}/build-1"
+    dry = m.b("resume", "--dry-run", "--json", session_id).json()
+    assert dry["handoff"]["snapshots"] == [ghost_ref]
+    assert dry["continuation"]["in_progress_action"] == "rollback_retry"
 
     done = m.b("resume", session_id, "--mode", "autopilot")
     assert "build -> rollback_retry" in done.out, done.describe()
+    assert f"Fetched {ghost_ref}: the snapshot the step left running there" in done.out
     assert "rolled back to snapshot" in done.out
     assert m.b.status(session_id)["state"] == "COMPLETED"
     # The interrupted step ran once more; no completed step ran twice.
@@ -302,7 +307,7 @@ def test_a_run_step_left_running_on_one_machine_is_rolled_back_on_another_as_the
     assert (m.b.workspace / "notes/py.txt").read_text() == "noted\n"  # from the snapshot
     assert (m.b.workspace / "plan.yml").read_text() == "my own notes\n"
     # B took the snapshot from the remote, checked against the history.
-    ghost = git(m.a.workspace, "rev-parse", f"refs/acode/{session_id}/build-1").strip()
+    ghost = git(m.a.workspace, "rev-parse", ghost_ref).strip()
     rolled = [e for e in _resume_events(m.b, session_id) if e["type"] == "step_rolled_back"]
     assert [e["payload"]["started"]["ghost"] for e in rolled] == [ghost]
     assert rolled[0]["payload"]["restored"] == ["notes/py.txt"]

@@ -53,8 +53,8 @@ def bring_snapshots(journal: Journal, ws: Workspace) -> tuple[str, ...]:
         ref = fetched.missing[0]
         raise EnvironmentValidationError(
             f"session {short} stopped in a step on the machine that ran it, and {remote} "
-            f"does not have the snapshot of the work tree from before that step ({ref}): "
-            "it was not pushed before that machine stopped",
+            f"does not have the snapshot of the work tree that the step's rollback needs "
+            f"({ref}): it was not pushed before that machine stopped",
             hint=f"push it from that machine (acode sync there), then `acode resume {short}`; "
             "or run the step again on the work tree as recorded after the last step that "
             f"changed files: acode resume {short} --strategy retry; nothing was changed",

@@ -365,7 +365,8 @@ def test_a_forged_or_missing_snapshot_on_the_remote_is_refused_and_retry_does_wi
     git(m.b.workspace, "push", "--quiet", "origin", f":{ghost_ref}")
     missing = m.b("resume", session_id, "--mode", "autopilot", expect=17)
     assert "ACODE-HANDOFF-004" in missing.err, missing.describe()
-    assert "does not have the snapshot of the work tree from before that step" in (missing.flat_err)
+    needs = "does not have the snapshot of the work tree that the step's rollback needs"
+    assert needs in missing.flat_err
     assert f"acode resume {session_id[:13]} --strategy retry" in missing.flat_err
     assert _untouched(m) == before
     assert _event_count(pg_server, dbname, session_id) == events

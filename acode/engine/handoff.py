@@ -290,7 +290,7 @@ def push_waiting_refs(
         left = max(deadline - time.monotonic(), 0.1)
         result = push_refs(workspace, paths, settings.remote, pending, timeout=left)
         if result.reason is None:
-            ghosts = snapshots_to_push(workspace, paths)
+            ghosts = snapshots_to_push(workspace, paths, asked=True)
             result = joined(
                 result, push_snapshots(workspace, paths, settings.remote, ghosts, timeout=left)
             )

@@ -73,9 +73,10 @@ def bring_snapshots(journal: Journal, ws: Workspace) -> tuple[str, ...]:
                 f"{ref} on {remote} is at {commit[:12] or 'no commit'}, not the snapshot "
                 f"session {short}'s signed history names ({missing[ref][:12]}): the ref was "
                 "moved or forged",
-                hint=f"refusing to use it; push the snapshot again from the machine that ran "
-                f"the session (acode sync there), or run the step again on the work tree as "
-                f"recorded: acode resume {short} --strategy retry; nothing was changed",
+                hint=f"refusing to use it; delete it on the remote (git push {remote} :{ref}) "
+                "and push it again from the machine that ran the session (acode sync there), "
+                f"or run the step again on the work tree as recorded: acode resume {short} "
+                "--strategy retry; nothing was changed",
                 code=ErrorCode.HANDOFF_FORGED,
             )
     return tuple(sorted(fetched.at))

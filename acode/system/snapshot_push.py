@@ -75,12 +75,16 @@ def _local(workspace: Path) -> dict[str, str]:
     return found
 
 
-def snapshots_to_push(workspace: Path, paths: StatePaths) -> dict[str, str]:
+def snapshots_to_push(workspace: Path, paths: StatePaths, *, asked: bool = False) -> dict[str, str]:
     """ref -> commit of the snapshot refs here the remote is not known to hold (nor
-    refused)."""
+    refused); with ``asked`` (a person, `acode sync`), every one: a ref deleted on the
+    remote since is made again, one already there costs nothing."""
+    found = _local(workspace)
+    if asked:
+        return found
     record, _ = _read(paths)
     known = {**record[_PUSHED], **record[_REFUSED]}
-    return {ref: commit for ref, commit in _local(workspace).items() if known.get(ref) != commit}
+    return {ref: commit for ref, commit in found.items() if known.get(ref) != commit}
 
 
 def push_snapshots(
@@ -93,7 +97,8 @@ def push_snapshots(
     backoff: Backoff | None = None,
 ) -> Pushed:
     """Push ``pending`` (``snapshots_to_push``) to ``remote`` in one ``git push``, and
-    record how each went; the sessions named are those whose snapshots all arrived."""
+    record how each went; the sessions named are those whose snapshots all arrived, one
+    at least sent now (not already there)."""
     if not pending:
         return Pushed((), None)
     refspecs = [f"{ref}:{ref}" for ref in sorted(pending)]
@@ -103,10 +108,14 @@ def push_snapshots(
     lines = porcelain(out)
     record, failures = _read(paths)
     reasons: list[str] = []
+    sent: set[str] = set()
     for ref, commit in pending.items():
         line = lines.get(ref)
         if line is not None and line[0] in " *=":
             record[_PUSHED][ref] = commit
+            record[_REFUSED].pop(ref, None)
+            if line[0] != "=":
+                sent.add(_session(ref))
         elif line is not None and line[0] == "!":
             record[_REFUSED][ref] = commit
             reasons.append(f"the remote refused {ref}: {git_reason(line[1]) or 'refused'}")
@@ -118,13 +127,12 @@ def push_snapshots(
     refused_only = all(ref in record[_REFUSED] for ref in pending if ref not in record[_PUSHED])
     failures = 0 if not reasons or refused_only else failures + 1
     _write(paths, record, failures)
-    done = {_session(ref) for ref in pending if ref in record[_PUSHED]}
     waiting = {_session(ref) for ref in pending if ref not in record[_PUSHED]}
     retry = None
     if failures:
         delay = (backoff or Backoff()).delay(failures, random.random())
         retry = time.time_ns() // 1000 + int(delay * 1_000_000)
-    return Pushed(tuple(sorted(done - waiting)), reasons[0] if reasons else None, retry)
+    return Pushed(tuple(sorted(sent - waiting)), reasons[0] if reasons else None, retry)
 
 
 def _session(ref: str) -> str:

@@ -357,6 +357,7 @@ def test_a_forged_or_missing_snapshot_on_the_remote_is_refused_and_retry_does_wi
     assert "ACODE-HANDOFF-002" in forged.err, forged.describe()
     assert f"{ghost_ref} on origin is at" in forged.flat_err
     assert "the ref was moved or forged" in forged.flat_err
+    assert f"git push origin :{ghost_ref}" in forged.flat_err
     assert "Traceback" not in forged.err
     assert _untouched(m) == before
     assert _event_count(pg_server, dbname, session_id) == events

@@ -128,3 +128,21 @@ def test_a_snapshot_is_fetched_only_as_the_commit_asked_for(clone: Path, tmp_pat
     assert missing.missing == (gone,)
     assert missing.at == {}
     assert git(b, "for-each-ref", "--format=%(refname)", "refs/acode") == good
+
+
+def test_a_person_asking_pushes_again_a_snapshot_deleted_on_the_remote(clone: Path) -> None:
+    paths = StatePaths(clone)
+    ghost = snapshot_ref(SESSION, "build", 1)
+    sha = snapshot_worktree(clone, ghost)
+    remote = clone.parent / "team.git"
+    push_snapshots(clone, paths, "origin", {ghost: sha}, timeout=30)
+    git(clone, "push", "--quiet", "origin", f":{ghost}")
+
+    assert snapshots_to_push(clone, paths) == {}  # the background push believes its record
+    asked = snapshots_to_push(clone, paths, asked=True)
+    assert asked == {ghost: sha}
+    assert push_snapshots(clone, paths, "origin", asked, timeout=30).session_ids == (SESSION,)
+    assert remote_refs(remote) == {ghost: sha}
+    # Already there: nothing is sent, and nothing is said to be.
+    again = push_snapshots(clone, paths, "origin", asked, timeout=30)
+    assert (again.session_ids, again.reason) == ((), None)

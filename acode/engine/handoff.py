@@ -289,7 +289,7 @@ def push_waiting_refs(
         pending = refs_to_push(workspace, paths, conflicts=True)
         left = max(deadline - time.monotonic(), 0.1)
         result = push_refs(workspace, paths, settings.remote, pending, timeout=left)
-        if result.reason is None:
+        if result.retry_at_us is None:  # the remote answered: the snapshots follow
             ghosts = snapshots_to_push(workspace, paths, asked=True)
             result = joined(
                 result, push_snapshots(workspace, paths, settings.remote, ghosts, timeout=left)

@@ -44,6 +44,7 @@ __all__ = [
     "read_state",
     "refs_to_push",
     "run_remote_git",
+    "write_record",
 ]
 
 # What git is given to say why it could not push, at most (its last lines).
@@ -91,12 +92,16 @@ def read_state(paths: StatePaths, session_id: str) -> PushState:
 
 
 def _write_state(paths: StatePaths, session_id: str, state: PushState) -> None:
-    target = _state_file(paths, session_id)
+    write_record(_state_file(paths, session_id), state.to_dict())
+
+
+def write_record(target: Path, data: object) -> None:
+    """Replace a push record (JSON) whole, in ``.agent/state/handoff``."""
     target.parent.mkdir(mode=0o700, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=".handoff-", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(state.to_dict(), handle)
+            json.dump(data, handle)
         os.replace(name, target)
     except BaseException:
         Path(name).unlink(missing_ok=True)

@@ -3,9 +3,9 @@
 
 A recorded step, or a run step's snapshot taken before its command starts, wakes it
 (``wake.set()``: the only cost on the step path); records within a second of a push
-wait for the next one. After a failure it waits out the
-back-off, and steps do not wake it early. The session never
-waits for it, except at its end: one last push, bounded by ``close(grace)``.
+wait for the next one. After a failure it waits out the back-off, and steps do not
+wake it early. The session never waits for it, except at its end: one last push,
+bounded by ``close(grace)``.
 """
 
 from __future__ import annotations

@@ -14,24 +14,25 @@ was seen to hold is kept in ``.agent/state/handoff/snapshots.json``.
 from __future__ import annotations
 
 import json
-import os
 import random
-import re
-import tempfile
 import time
 from pathlib import Path
 
 from acode.domain.backoff import Backoff
 from acode.system.git_command import run_git
-from acode.system.handoff_push import Pushed, git_reason, porcelain, run_remote_git
+from acode.system.handoff_push import (
+    Pushed,
+    git_reason,
+    porcelain,
+    run_remote_git,
+    write_record,
+)
+from acode.system.handoff_ref import HANDOFF_REF_ROOT, session_of_ref
 from acode.system.snapshot import BACKUP_SUFFIX, SNAPSHOT_REF_ROOT
 from acode.system.workspace import StatePaths
 
 __all__ = ["joined", "push_snapshots", "snapshots_to_push"]
 
-_SNAPSHOT = re.compile(
-    rf"{SNAPSHOT_REF_ROOT}/([0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}})/[^/]+"
-)
 _PUSHED, _REFUSED, _FAILURES = "pushed", "refused", "failures"
 
 
@@ -51,16 +52,7 @@ def _read(paths: StatePaths) -> tuple[dict[str, dict[str, str]], int]:
 
 
 def _write(paths: StatePaths, record: dict[str, dict[str, str]], failures: int) -> None:
-    target = _record_file(paths)
-    target.parent.mkdir(mode=0o700, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=".snapshots-", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({**record, _FAILURES: failures}, handle)
-        os.replace(name, target)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
+    write_record(_record_file(paths), {**record, _FAILURES: failures})
 
 
 def _local(workspace: Path) -> dict[str, str]:
@@ -70,9 +62,19 @@ def _local(workspace: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for line in out.splitlines():
         ref, _, commit = line.partition(" ")
-        if _SNAPSHOT.fullmatch(ref) and not ref.endswith(BACKUP_SUFFIX):
+        if _travels(ref):
             found[ref] = commit
     return found
+
+
+def _travels(ref: str) -> bool:
+    """A step's snapshot of a session (``refs/acode/<id>/<name>``), not a backup."""
+    parts = ref.split("/")
+    return (
+        len(parts) == 4
+        and session_of_ref(f"{HANDOFF_REF_ROOT}/{parts[2]}") is not None
+        and not ref.endswith(BACKUP_SUFFIX)
+    )
 
 
 def snapshots_to_push(workspace: Path, paths: StatePaths, *, asked: bool = False) -> dict[str, str]:

@@ -7,8 +7,10 @@ A snapshot ref is made once and never moves: the push creates it on the remote (
 ``+`` in the refspec), and a remote that holds another commit under its name keeps it
 (a refusal, kept in the record and not tried again; the machine that resumes refuses
 that ref too, since the history names the commit). ``-before-rollback`` refs hold what a
-rollback overwrote on this machine, a person's files: they stay here. What the remote
-was seen to hold is kept in ``.agent/state/handoff/snapshots.json``.
+rollback overwrote on this machine, a person's files: they stay here. Once a session has
+ended here (its snapshot refs pruned), the next push deletes the ones it sent from the
+remote too. What the remote was seen to hold is kept in
+``.agent/state/handoff/snapshots.json``.
 """
 
 from __future__ import annotations
@@ -100,15 +102,22 @@ def push_snapshots(
 ) -> Pushed:
     """Push ``pending`` (``snapshots_to_push``) to ``remote`` in one ``git push``, and
     record how each went; the sessions named are those whose snapshots all arrived, one
-    at least sent now (not already there)."""
-    if not pending:
+    at least sent now (not already there).
+
+    The same push deletes from the remote the snapshots pushed from here whose session
+    has ended here since (its refs pruned: no resume needs them anywhere), each only if
+    the remote's ref is still the commit pushed (``--force-with-lease``)."""
+    record, failures = _read(paths)
+    here = _local(workspace)
+    ended = {ref: commit for ref, commit in record[_PUSHED].items() if ref not in here}
+    if not pending and not ended:
         return Pushed((), None)
-    refspecs = [f"{ref}:{ref}" for ref in sorted(pending)]
+    leases = [f"--force-with-lease={ref}:{commit}" for ref, commit in sorted(ended.items())]
+    refspecs = [f"{ref}:{ref}" for ref in sorted(pending)] + [f":{ref}" for ref in sorted(ended)]
     code, out, err = run_remote_git(
-        workspace, ["push", "--porcelain", "--", remote, *refspecs], timeout
+        workspace, ["push", "--porcelain", *leases, "--", remote, *refspecs], timeout
     )
     lines = porcelain(out)
-    record, failures = _read(paths)
     reasons: list[str] = []
     sent: set[str] = set()
     for ref, commit in pending.items():
@@ -123,11 +132,17 @@ def push_snapshots(
             reasons.append(f"the remote refused {ref}: {git_reason(line[1]) or 'refused'}")
         else:
             reasons.append(git_reason(err) or f"git push exited with status {code}")
-    # Refs pruned here since (the session ended) are forgotten: the record stays small.
-    here = _local(workspace)
-    record = {k: {r: c for r, c in v.items() if here.get(r) == c} for k, v in record.items()}
+    # A deletion the remote answered is done: deleted, or no longer the commit pushed
+    # from here (then not ours to delete). Unanswered ones are tried again next time.
+    unanswered = {ref: commit for ref, commit in ended.items() if ref not in lines}
+    if unanswered and not reasons:
+        reasons.append(git_reason(err) or f"git push exited with status {code}")
+    record = {
+        _PUSHED: {r: c for r, c in record[_PUSHED].items() if here.get(r) == c} | unanswered,
+        _REFUSED: {r: c for r, c in record[_REFUSED].items() if here.get(r) == c},
+    }
     refused_only = all(ref in record[_REFUSED] for ref in pending if ref not in record[_PUSHED])
-    failures = 0 if not reasons or refused_only else failures + 1
+    failures = 0 if not reasons or (refused_only and not unanswered) else failures + 1
     _write(paths, record, failures)
     waiting = {_session(ref) for ref in pending if ref not in record[_PUSHED]}
     retry = None

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from acode.system.snapshot import BACKUP_SUFFIX, snapshot_ref, snapshot_worktree
+from acode.system.snapshot import (
+    BACKUP_SUFFIX,
+    prune_snapshots,
+    snapshot_ref,
+    snapshot_worktree,
+)
 from acode.system.snapshot_fetch import fetch_snapshots
 from acode.system.snapshot_push import push_snapshots, snapshots_to_push
 from acode.system.workspace import StatePaths
@@ -146,3 +151,24 @@ def test_a_person_asking_pushes_again_a_snapshot_deleted_on_the_remote(clone: Pa
     # Already there: nothing is sent, and nothing is said to be.
     again = push_snapshots(clone, paths, "origin", asked, timeout=30)
     assert (again.session_ids, again.reason) == ((), None)
+
+
+def test_the_snapshots_of_a_session_ended_here_go_from_the_remote_too(clone: Path) -> None:
+    paths = StatePaths(clone)
+    ours, moved = snapshot_ref(SESSION, "build", 1), snapshot_ref(SESSION, "lint", 1)
+    made = {ours: snapshot_worktree(clone, ours), moved: snapshot_worktree(clone, moved)}
+    remote = clone.parent / "team.git"
+    push_snapshots(clone, paths, "origin", dict(made), timeout=30)
+    # Someone else's commit under one of the names since: not ours to delete.
+    other = git(clone, "commit-tree", "-m", "theirs", git(clone, "rev-parse", "HEAD^{tree}"))
+    git(clone, "push", "--quiet", "--force", "origin", f"{other}:{moved}")
+    prune_snapshots(clone, SESSION)  # the session ended here
+
+    done = push_snapshots(clone, paths, "origin", snapshots_to_push(clone, paths), timeout=30)
+
+    assert (done.session_ids, done.reason) == ((), None)
+    assert remote_refs(remote) == {moved: other}
+    # Nothing is left to do: the next push has nothing to send or delete.
+    git(clone, "push", "--quiet", "origin", f"{made[ours]}:{ours}")
+    push_snapshots(clone, paths, "origin", {}, timeout=30)
+    assert remote_refs(remote) == {moved: other, ours: made[ours]}

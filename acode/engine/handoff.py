@@ -100,6 +100,18 @@ class Handoff:
         if self._pusher is not None:
             self._pusher.wake.set()
 
+    def ended(self) -> None:
+        """The session ended (COMPLETED, FAILED, CANCELLED): its snapshots go from the
+        remote with the last push, no resume needs them anywhere."""
+        from acode.system.snapshot_push import retire_snapshots
+
+        try:
+            retire_snapshots(self._paths, self._session_id)
+        except OSError as exc:  # a full disk: they stay on the remote, nothing worse
+            log_event(
+                self._paths, "handoff_not_retired", session_id=self._session_id, reason=str(exc)
+            )
+
     def record(self, journal: Journal, step: str | None, attempt: int) -> None:
         """Record the work tree when it changed since the last record."""
         assert journal.summary is not None

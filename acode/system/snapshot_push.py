@@ -8,8 +8,9 @@ A snapshot ref is made once and never moves: the push creates it on the remote (
 (a refusal, kept in the record and not tried again; the machine that resumes refuses
 that ref too, since the history names the commit). ``-before-rollback`` refs hold what a
 rollback overwrote on this machine, a person's files: they stay here. Once a session has
-ended here (its snapshot refs pruned), the next push deletes the ones it sent from the
-remote too. What the remote was seen to hold is kept in
+ended here, the next push deletes its snapshots from the remote (whichever machine sent
+them), each only while it is the commit listed. What the remote was seen to hold, and
+the ended sessions whose snapshots are still there, are kept in
 ``.agent/state/handoff/snapshots.json``.
 """
 
@@ -19,6 +20,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from acode.domain.backoff import Backoff
 from acode.system.git_command import run_git
@@ -33,28 +35,50 @@ from acode.system.handoff_ref import HANDOFF_REF_ROOT, session_of_ref
 from acode.system.snapshot import BACKUP_SUFFIX, SNAPSHOT_REF_ROOT
 from acode.system.workspace import StatePaths
 
-__all__ = ["joined", "push_snapshots", "snapshots_to_push"]
-
-_PUSHED, _REFUSED, _FAILURES = "pushed", "refused", "failures"
+__all__ = ["joined", "push_snapshots", "retire_snapshots", "snapshots_to_push"]
 
 
 def _record_file(paths: StatePaths) -> Path:
     return paths.state_dir / "handoff" / "snapshots.json"
 
 
-def _read(paths: StatePaths) -> tuple[dict[str, dict[str, str]], int]:
-    """ref -> commit, for the refs the remote holds and those it refused, and the
-    failures in a row; an unreadable record is an empty one (the next push finds out
-    again: a ref already there is reported up to date)."""
+class _Record(NamedTuple):
+    """What the pushes of snapshots left: ref -> commit for the refs the remote holds
+    and those it refused, the sessions ended here whose snapshots are still to go from
+    the remote, and the failures in a row."""
+
+    pushed: dict[str, str]
+    refused: dict[str, str]
+    ended: tuple[str, ...] = ()
+    failures: int = 0
+
+
+def _read(paths: StatePaths) -> _Record:
+    """An unreadable record is an empty one (the next push finds out again: a ref
+    already there is reported up to date)."""
     try:
         data = json.loads(_record_file(paths).read_text(encoding="utf-8"))
-        return {k: dict(data.get(k, {})) for k in (_PUSHED, _REFUSED)}, int(data[_FAILURES])
+        return _Record(
+            dict(data["pushed"]),
+            dict(data["refused"]),
+            tuple(str(s) for s in data["ended"]),
+            int(data["failures"]),
+        )
     except (OSError, ValueError, TypeError, AttributeError, KeyError):
-        return {_PUSHED: {}, _REFUSED: {}}, 0
+        return _Record({}, {})
 
 
-def _write(paths: StatePaths, record: dict[str, dict[str, str]], failures: int) -> None:
-    write_record(_record_file(paths), {**record, _FAILURES: failures})
+def _write(paths: StatePaths, record: _Record) -> None:
+    write_record(_record_file(paths), record._asdict())
+
+
+def retire_snapshots(paths: StatePaths, session_id: str) -> None:
+    """Session ``session_id`` ended here: the next push deletes its snapshots from the
+    remote (no resume needs them anywhere), those another machine that ran it before
+    pushed too."""
+    record = _read(paths)
+    if session_id not in record.ended:
+        _write(paths, record._replace(ended=(*record.ended, session_id)))
 
 
 def _local(workspace: Path) -> dict[str, str]:
@@ -86,8 +110,8 @@ def snapshots_to_push(workspace: Path, paths: StatePaths, *, asked: bool = False
     found = _local(workspace)
     if asked:
         return found
-    record, _ = _read(paths)
-    known = {**record[_PUSHED], **record[_REFUSED]}
+    record = _read(paths)
+    known = {**record.pushed, **record.refused}
     return {ref: commit for ref, commit in found.items() if known.get(ref) != commit}
 
 
@@ -104,52 +128,88 @@ def push_snapshots(
     record how each went; the sessions named are those whose snapshots all arrived, one
     at least sent now (not already there).
 
-    The same push deletes from the remote the snapshots pushed from here whose session
-    has ended here since (its refs pruned: no resume needs them anywhere), each only if
-    the remote's ref is still the commit pushed (``--force-with-lease``)."""
-    record, failures = _read(paths)
-    here = _local(workspace)
-    ended = {ref: commit for ref, commit in record[_PUSHED].items() if ref not in here}
-    if not pending and not ended:
+    The same push deletes the snapshots of the sessions ended here
+    (:func:`retire_snapshots`) from the remote, each only if the remote's ref is still
+    the commit it listed (``--force-with-lease``)."""
+    record = _read(paths)
+    if not pending and not record.ended:
         return Pushed((), None)
+    listed, reason = _on_remote(workspace, remote, record.ended, timeout)
+    ended = listed or {}
     leases = [f"--force-with-lease={ref}:{commit}" for ref, commit in sorted(ended.items())]
     refspecs = [f"{ref}:{ref}" for ref in sorted(pending)] + [f":{ref}" for ref in sorted(ended)]
-    code, out, err = run_remote_git(
-        workspace, ["push", "--porcelain", *leases, "--", remote, *refspecs], timeout
-    )
+    code, out, err = 0, "", ""
+    if refspecs:  # never a push without refspecs: git would push the current branch
+        code, out, err = run_remote_git(
+            workspace, ["push", "--porcelain", *leases, "--", remote, *refspecs], timeout
+        )
     lines = porcelain(out)
     reasons: list[str] = []
     sent: set[str] = set()
     for ref, commit in pending.items():
         line = lines.get(ref)
         if line is not None and line[0] in " *=":
-            record[_PUSHED][ref] = commit
-            record[_REFUSED].pop(ref, None)
+            record.pushed[ref] = commit
+            record.refused.pop(ref, None)
             if line[0] != "=":
                 sent.add(_session(ref))
         elif line is not None and line[0] == "!":
-            record[_REFUSED][ref] = commit
+            record.refused[ref] = commit
             reasons.append(f"the remote refused {ref}: {git_reason(line[1]) or 'refused'}")
         else:
             reasons.append(git_reason(err) or f"git push exited with status {code}")
-    # A deletion the remote answered is done: deleted, or no longer the commit pushed
-    # from here (then not ours to delete). Unanswered ones are tried again next time.
-    unanswered = {ref: commit for ref, commit in ended.items() if ref not in lines}
-    if unanswered and not reasons:
+    # A deletion the remote answered is done: deleted, or no longer the commit listed
+    # (then not ours to delete). A session is done with when all of its are.
+    left = {_session(ref) for ref in ended if ref not in lines}
+    if listed is None:
+        left = set(record.ended)
+        reasons.append(reason)
+    elif left:
         reasons.append(git_reason(err) or f"git push exited with status {code}")
-    record = {
-        _PUSHED: {r: c for r, c in record[_PUSHED].items() if here.get(r) == c} | unanswered,
-        _REFUSED: {r: c for r, c in record[_REFUSED].items() if here.get(r) == c},
-    }
-    refused_only = all(ref in record[_REFUSED] for ref in pending if ref not in record[_PUSHED])
-    failures = 0 if not reasons or (refused_only and not unanswered) else failures + 1
-    _write(paths, record, failures)
-    waiting = {_session(ref) for ref in pending if ref not in record[_PUSHED]}
+    failing = bool(reasons) and (bool(left) or not _refused_only(record, pending))
+    record = _kept(record, _local(workspace), ended=tuple(s for s in record.ended if s in left))
+    failures = record.failures + 1 if failing else 0
+    _write(paths, record._replace(failures=failures))
+    waiting = {_session(ref) for ref in pending if ref not in record.pushed}
     retry = None
-    if failures:
+    if failing:
         delay = (backoff or Backoff()).delay(failures, random.random())
         retry = time.time_ns() // 1000 + int(delay * 1_000_000)
     return Pushed(tuple(sorted(sent - waiting)), reasons[0] if reasons else None, retry)
+
+
+def _refused_only(record: _Record, pending: dict[str, str]) -> bool:
+    """Whether every ref of ``pending`` that did not arrive was refused (not retried)."""
+    return all(ref in record.refused for ref in pending if ref not in record.pushed)
+
+
+def _kept(record: _Record, here: dict[str, str], *, ended: tuple[str, ...]) -> _Record:
+    """The record of the refs still here as they were pushed (or refused), and of the
+    sessions whose snapshots are still to go: refs pruned here since are forgotten."""
+    return record._replace(
+        pushed={r: c for r, c in record.pushed.items() if here.get(r) == c},
+        refused={r: c for r, c in record.refused.items() if here.get(r) == c},
+        ended=ended,
+    )
+
+
+def _on_remote(
+    workspace: Path, remote: str, sessions: tuple[str, ...], timeout: float
+) -> tuple[dict[str, str] | None, str]:
+    """ref -> commit of the snapshot refs the remote holds of ``sessions``; None, and
+    why, when the remote cannot be asked."""
+    if not sessions:
+        return {}, ""
+    patterns = [f"{SNAPSHOT_REF_ROOT}/{session_id}/*" for session_id in sessions]
+    code, out, err = run_remote_git(workspace, ["ls-remote", "--", remote, *patterns], timeout)
+    if code != 0:
+        return None, git_reason(err) or f"git ls-remote exited with status {code}"
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        commit, _, ref = line.partition("\t")
+        if _travels(ref):
+            found[ref] = commit
+    return found, ""
 
 
 def _session(ref: str) -> str:

@@ -118,6 +118,10 @@ def _remote_ref(remote: Path, ref: str) -> str | None:
     return done.stdout.strip() or None
 
 
+def _remote_refs(remote: Path) -> list[str]:
+    return git(remote, "for-each-ref", "--format=%(refname)", "refs/acode").split()
+
+
 def _files(ws: Path) -> dict[str, str]:
     return {
         str(p.relative_to(ws)): p.read_text()
@@ -311,6 +315,13 @@ def test_a_run_step_left_running_on_one_machine_is_rolled_back_on_another_as_the
     rolled = [e for e in _resume_events(m.b, session_id) if e["type"] == "step_rolled_back"]
     assert [e["payload"]["started"]["ghost"] for e in rolled] == [ghost]
     assert rolled[0]["payload"]["restored"] == ["notes/py.txt"]
+    # Ended: the snapshots went from the remote (deleted by B's last push); its ref stays.
+    ours = f"refs/acode/{session_id}/"
+    wait_for(
+        "the session's snapshots to go from the remote",
+        lambda: not any(ref.startswith(ours) for ref in _remote_refs(m.remote)),
+    )
+    assert f"refs/acode/sessions/{session_id}" in _remote_refs(m.remote)
 
     # The same plan killed at the same point and resumed on its own machine.
     c_dir, u_dir = tmp_path / "machine-c" / "repo", tmp_path / "machine-u" / "repo"

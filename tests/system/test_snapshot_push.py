@@ -17,7 +17,7 @@ from acode.system.snapshot import (
     snapshot_worktree,
 )
 from acode.system.snapshot_fetch import fetch_snapshots
-from acode.system.snapshot_push import push_snapshots, snapshots_to_push
+from acode.system.snapshot_push import push_snapshots, retire_snapshots, snapshots_to_push
 from acode.system.workspace import StatePaths
 
 __all__: list[str] = []
@@ -159,16 +159,42 @@ def test_the_snapshots_of_a_session_ended_here_go_from_the_remote_too(clone: Pat
     made = {ours: snapshot_worktree(clone, ours), moved: snapshot_worktree(clone, moved)}
     remote = clone.parent / "team.git"
     push_snapshots(clone, paths, "origin", dict(made), timeout=30)
-    # Someone else's commit under one of the names since: not ours to delete.
-    other = git(clone, "commit-tree", "-m", "theirs", git(clone, "rev-parse", "HEAD^{tree}"))
-    git(clone, "push", "--quiet", "--force", "origin", f"{other}:{moved}")
-    prune_snapshots(clone, SESSION)  # the session ended here
+    # Another machine that ran the session before pushed one of its own.
+    theirs = snapshot_ref(SESSION, "r0", 1)
+    git(clone, "push", "--quiet", "origin", f"{made[ours]}:{theirs}")
+    # Another session's stays.
+    other_session = snapshot_ref(str(uuid.UUID(int=7)), "build", 1)
+    git(clone, "push", "--quiet", "origin", f"{made[ours]}:{other_session}")
+    prune_snapshots(clone, SESSION)
+    # Nothing is deleted while the session has not ended: a pruned ref alone says nothing.
+    push_snapshots(clone, paths, "origin", {}, timeout=30)
+    assert len(remote_refs(remote)) == 4
 
+    retire_snapshots(paths, SESSION)  # the session ended here
     done = push_snapshots(clone, paths, "origin", snapshots_to_push(clone, paths), timeout=30)
 
     assert (done.session_ids, done.reason) == ((), None)
-    assert remote_refs(remote) == {moved: other}
-    # Nothing is left to do: the next push has nothing to send or delete.
+    assert remote_refs(remote) == {other_session: made[ours]}
+    # Done with: the next push has nothing to send or delete.
     git(clone, "push", "--quiet", "origin", f"{made[ours]}:{ours}")
     push_snapshots(clone, paths, "origin", {}, timeout=30)
-    assert remote_refs(remote) == {moved: other, ours: made[ours]}
+    assert remote_refs(remote) == {other_session: made[ours], ours: made[ours]}
+
+
+def test_an_unreachable_remote_keeps_the_deletions_for_later(clone: Path, tmp_path: Path) -> None:
+    paths = StatePaths(clone)
+    ghost = snapshot_ref(SESSION, "build", 1)
+    sha = snapshot_worktree(clone, ghost)
+    push_snapshots(clone, paths, "origin", {ghost: sha}, timeout=30)
+    prune_snapshots(clone, SESSION)
+    retire_snapshots(paths, SESSION)
+    git(clone, "remote", "set-url", "origin", str(tmp_path / "gone.git"))
+
+    failed = push_snapshots(clone, paths, "origin", {}, timeout=30)
+
+    assert failed.reason is not None
+    assert "gone.git" in failed.reason
+    assert failed.retry_at_us is not None
+    git(clone, "remote", "set-url", "origin", str(tmp_path / "team.git"))
+    assert push_snapshots(clone, paths, "origin", {}, timeout=30).reason is None
+    assert remote_refs(tmp_path / "team.git") == {}

@@ -390,6 +390,24 @@ def test_a_forged_or_missing_snapshot_on_the_remote_is_refused_and_retry_does_wi
     assert (m.b.workspace / "gen/one.txt").read_text() == "one\n"
 
 
+def test_a_snapshot_the_remote_lost_is_sent_again_by_acode_sync_on_the_first_machine(
+    machines: Machines, tmp_path: Path
+) -> None:
+    m = machines
+    session_id = _stopped_in_build(m.a, tmp_path, m.effects, "a")
+    ghost_ref = f"refs/acode/{session_id}/build-1"
+    git(m.a.workspace, "push", "--quiet", "origin", f":{ghost_ref}")  # as if never sent
+    missing = m.b("resume", session_id, "--mode", "autopilot", expect=17)
+    assert "ACODE-HANDOFF-004" in missing.err, missing.describe()
+    assert "acode sync there" in missing.flat_err
+
+    m.a("sync")
+    done = m.b("resume", session_id, "--mode", "autopilot")
+    assert "build -> rollback_retry" in done.out, done.describe()
+    assert m.effects.read_text().split() == ["r0", "build", "build", "after"]
+    assert (m.b.workspace / "notes/py.txt").read_text() == "noted\n"
+
+
 def test_a_run_step_paused_on_one_machine_is_rolled_back_on_another_half_done_files_gone(
     machines: Machines, tmp_path: Path
 ) -> None:

@@ -16,9 +16,13 @@ the ended sessions whose snapshots are still there, are kept in
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -68,17 +72,30 @@ def _read(paths: StatePaths) -> _Record:
         return _Record({}, {})
 
 
-def _write(paths: StatePaths, record: _Record) -> None:
-    write_record(_record_file(paths), record._asdict())
+@contextlib.contextmanager
+def _updating(paths: StatePaths) -> Iterator[None]:
+    """Held while the record is read again and written: a session that ends while a
+    push runs (its thread, or another process of the workspace) is not lost."""
+    lock = _record_file(paths).with_suffix(".lock")
+    lock.parent.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def retire_snapshots(paths: StatePaths, session_id: str) -> None:
     """Session ``session_id`` ended here: the next push deletes its snapshots from the
     remote (no resume needs them anywhere), those another machine that ran it before
     pushed too."""
-    record = _read(paths)
-    if session_id not in record.ended:
-        _write(paths, record._replace(ended=(*record.ended, session_id)))
+    with _updating(paths):
+        record = _read(paths)
+        if session_id not in record.ended:
+            write_record(
+                _record_file(paths), record._replace(ended=(*record.ended, session_id))._asdict()
+            )
 
 
 def _local(workspace: Path) -> dict[str, str]:
@@ -167,9 +184,14 @@ def push_snapshots(
     elif left:
         reasons.append(git_reason(err) or f"git push exited with status {code}")
     failing = bool(reasons) and (bool(left) or not _refused_only(record, pending))
-    record = _kept(record, _local(workspace), ended=tuple(s for s in record.ended if s in left))
     failures = record.failures + 1 if failing else 0
-    _write(paths, record._replace(failures=failures))
+    here = _local(workspace)
+    with _updating(paths):
+        # Sessions that ended since this push read the record wait for the next one.
+        since = [s for s in _read(paths).ended if s not in record.ended]
+        ended_now = (*(s for s in record.ended if s in left), *since)
+        record = _kept(record, here, ended=ended_now)._replace(failures=failures)
+        write_record(_record_file(paths), record._asdict())
     waiting = {_session(ref) for ref in pending if ref not in record.pushed}
     retry = None
     if failing:

@@ -134,6 +134,9 @@ class ForkServer:
                 try:
                     socket.send_fds(control, [request], [*stdio, theirs.fileno()])
                 except OSError:  # it died since it was last seen: once more, with a new one
+                    if self._proc is not None:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            self._proc.wait(1)  # its socket closes a moment before it ends
                     control = self._running()
                     socket.send_fds(control, [request], [*stdio, theirs.fileno()])
         finally:
@@ -215,15 +218,20 @@ def serve(control_fd: int) -> list[str]:
             _reap(replies)
         if control_fd not in ready:
             continue
-        message, fds, _, _ = socket.recv_fds(control, _MESSAGE_LIMIT, _STDIO + 1)
+        message, fds, flags, _ = socket.recv_fds(control, _MESSAGE_LIMIT, _STDIO + 1)
         if not message:
             sys.exit(0)
-        if len(fds) != _STDIO + 1:
+        try:
+            if len(fds) != _STDIO + 1 or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                raise ValueError("a request cut short")
+            request = json.loads(message)
+            pid = os.fork()
+        except (ValueError, OSError):
+            # Refused (its reply socket closes unanswered): the server and the children
+            # it runs go on.
             for fd in fds:
                 os.close(fd)
             continue
-        request = json.loads(message)
-        pid = os.fork()
         if pid == 0:
             for reply in replies.values():
                 reply.close()

@@ -132,6 +132,21 @@ def test_the_launcher_keeps_no_key_where_other_processes_can_read_it(
     assert a.wait() == 130
 
 
+def test_a_session_whose_workspace_is_gone_fails_alone(
+    launched: tuple[ForkServer, list[tuple[str, object]]], env: dict[str, str], tmp_path: Path
+) -> None:
+    server, told = launched
+    with (tmp_path / "err").open("wb") as err, open(os.devnull, "wb") as null:
+        gone = server.spawn(
+            ["--version"], tmp_path / "gone", env, (null.fileno(),) * 2 + (err.fileno(),)
+        )
+        assert gone.wait() == 1
+        shown = server.spawn(["--version"], tmp_path, env, (null.fileno(),) * 3)
+        assert shown.wait() == 0
+    assert f"error cannot enter {tmp_path / 'gone'}" in (tmp_path / "err").read_text()
+    assert [event for event, _ in told] == ["start"]
+
+
 def test_a_closed_launcher_ends(
     launched: tuple[ForkServer, list[tuple[str, object]]], env: dict[str, str], tmp_path: Path
 ) -> None:

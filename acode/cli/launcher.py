@@ -1,5 +1,5 @@
 """`acode` pre-loaded: the fork server a fleet worker runs its sessions through
-(``python -c "from acode.cli.launcher import main; main()" FD``).
+(``python -P -c "from acode.cli.launcher import main; main()" FD``).
 
 Each session is still a process of its own, `acode run` or `acode resume` with its own
 SQLite, lock and process group; what the launcher saves each of them is the start of an

@@ -47,7 +47,7 @@ from acode.fleet.repo import clone, mask_url, push_result
 if TYPE_CHECKING:
     from acode.system.fork_server import ForkServer, Spawned
 
-__all__ = ["Report", "Worker", "WorkerOptions"]
+__all__ = ["LAUNCHER", "Report", "Worker", "WorkerOptions"]
 
 Report = Callable[[dict[str, Any]], None]
 # Steps that may act outside the workspace: a fresh clone does not undo them.
@@ -63,6 +63,9 @@ _REFUSED_HERE = EnvironmentValidationError.exit_code
 # An idle slot wakes this long after the soonest lease of a running item lapses, to claim
 # it then rather than at its next poll.
 _AFTER_LAPSE = 0.05
+# The launcher's command line (acode/cli/launcher.py). ``-P``: no directory of the worker's
+# or of a session's clone goes before acode's own on the module path.
+LAUNCHER = (sys.executable, "-P", "-c", "from acode.cli.launcher import main; main()")
 
 
 @dataclass(frozen=True)
@@ -446,7 +449,7 @@ class Worker:
         with self._lock:
             if self._launch is None:
                 self._launch = ForkServer(
-                    [sys.executable, "-c", "from acode.cli.launcher import main; main()"],
+                    LAUNCHER,
                     _base_env(),
                     on_start=lambda pid: self._report({"event": "launcher", "pid": pid}),
                     on_death=lambda pid, code: self._report(

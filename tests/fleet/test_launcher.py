@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from acode.fleet.worker import LAUNCHER
 from acode.system.fork_server import ForkServer, ForkServerGone, Spawned
 from tests.cli.conftest import make_env
 from tests.sync.conftest import SECRET
-
-LAUNCHER = [sys.executable, "-c", "from acode.cli.launcher import main; main()"]
 
 
 @pytest.fixture

@@ -400,7 +400,6 @@ class Worker:
                         cwd=workspace,
                         env=self._child_env(held.item),
                         stdio=(stdin.fileno(), write, log.fileno()),
-                        stdout=out,
                     )
                 finally:
                     os.close(write)  # the child's copy is the only one: its end is our EOF

@@ -29,7 +29,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 __all__ = ["ForkServer", "ForkServerGone", "Spawned", "serve"]
 
@@ -43,12 +43,11 @@ class ForkServerGone(OSError):
 
 
 class Spawned:
-    """A child of the fork server, as the client sees it: its pid, its output, its exit
-    status once the server has told it (``poll``, ``wait``), from any thread."""
+    """A child of the fork server, as the client sees it: its pid, and its exit status once
+    the server has told it (``poll``, ``wait``), from any thread."""
 
-    def __init__(self, pid: int, reply: socket.socket, stdout: IO[str] | None) -> None:
+    def __init__(self, pid: int, reply: socket.socket) -> None:
         self.pid = pid
-        self.stdout = stdout
         self.returncode: int | None = None
         self._reply = reply
         self._gone = False
@@ -66,23 +65,21 @@ class Spawned:
     def _read(self, block: bool) -> int | None:
         while True:
             with self._lock:
-                if self.returncode is not None:
-                    return self.returncode
-                if self._gone:
-                    if not block:
-                        return None
-                    raise ForkServerGone(f"the fork server ended before process {self.pid}")
-                try:
-                    message = self._reply.recv(64, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    message = None
-                if message == b"":
-                    self._gone = True
-                    self._reply.close()
-                    continue
-                if message is not None:
-                    self.returncode = int(message)
-                    self._reply.close()
+                if self.returncode is None and not self._gone:
+                    try:
+                        message = self._reply.recv(64, socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        message = None
+                    if message == b"":
+                        self._gone = True
+                    elif message is not None:
+                        self.returncode = int(message)
+                if self.returncode is not None or self._gone:
+                    if block:
+                        # Closed by the waiting thread alone, the one that selects on it.
+                        self._reply.close()
+                        if self.returncode is None:
+                            raise ForkServerGone(f"the fork server ended before {self.pid} did")
                     return self.returncode
             if not block:
                 return None
@@ -121,11 +118,10 @@ class ForkServer:
         cwd: Path,
         env: Mapping[str, str],
         stdio: tuple[int, int, int],
-        stdout: IO[str] | None = None,
     ) -> Spawned:
         """Fork a child running ``argv`` in ``cwd`` with ``env`` and the descriptors
         ``stdio`` as its standard input, output and error (the caller keeps and closes
-        its own); ``stdout``: the caller's end of the child's output, kept beside it."""
+        its own)."""
         request = json.dumps({"argv": list(argv), "cwd": str(cwd), "env": dict(env)}).encode()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -145,7 +141,7 @@ class ForkServer:
         if not answer:
             mine.close()
             raise ForkServerGone(f"the fork server ended before it started {argv[:1]}")
-        return Spawned(int(answer), mine, stdout)
+        return Spawned(int(answer), mine)
 
     def _running(self) -> socket.socket:
         """The control socket of a live server: this one, else a new one."""

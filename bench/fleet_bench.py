@@ -28,7 +28,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FleetResults", "Shape", "fleet_section", "main", "measure_fleet", "render_fleet"]
+__all__ = [
+    "FleetResults",
+    "Shape",
+    "bare_repository",
+    "fleet_section",
+    "main",
+    "measure_fleet",
+    "render_fleet",
+]
 
 HEADING = "## A fleet worker's throughput"
 MODEL_WAIT_S = 0.2
@@ -114,7 +122,8 @@ def _git(cwd: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def _repository(root: Path) -> Path:
+def bare_repository(root: Path) -> Path:
+    """A bare repository of one commit on main, ``root/repo.git``: the fleet's remote."""
     source = root / "source"
     source.mkdir()
     (source / "README.md").write_text("# bench\n", encoding="utf-8")
@@ -128,18 +137,6 @@ def _repository(root: Path) -> Path:
 def _plan(steps: int) -> str:
     lines = "".join(f"      - {{id: m{i}, model: 'Say ok ({i}).'}}\n" for i in range(steps))
     return f"title: I/O-bound session\ntasks:\n  - id: t\n    title: t\n    steps:\n{lines}"
-
-
-def _compile() -> bool:
-    """acode's modules compiled to bytecode, as an installed acode's are: with
-    PYTHONDONTWRITEBYTECODE=1 (this environment's) every process would compile them again
-    and the figures would measure that. True when it had to be done."""
-    import compileall
-
-    if not (os.environ.get("PYTHONDONTWRITEBYTECODE") or sys.flags.dont_write_bytecode):
-        return False
-    compileall.compile_dir(_REPO / "acode", quiet=1)
-    return True
 
 
 def _work(dsn: str, home: Path, env: dict[str, str], queue: str, concurrency: int) -> Run:
@@ -180,10 +177,15 @@ def measure_fleet(
     from bench.sync_bench import _database, _postgres
 
     results = FleetResults(cores=os.cpu_count() or 1, load=(os.getloadavg()[0], 0.0))
-    results.compiled = _compile()
+    from bench.machine import compile_acode
+
+    # Worth saying only where processes would not have written it themselves.
+    results.compiled = compile_acode() and bool(
+        os.environ.get("PYTHONDONTWRITEBYTECODE") or sys.flags.dont_write_bytecode
+    )
     try:
         with _postgres(root) as (admin, _), _database(admin) as dsn, _model_server() as url:
-            repo = _repository(root)
+            repo = bare_repository(root)
             env = {
                 **os.environ,
                 "ACODE_MODEL_BASE_URL": url,

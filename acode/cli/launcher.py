@@ -4,7 +4,8 @@
 Each session is still a process of its own, `acode run` or `acode resume` with its own
 SQLite, lock and process group; what the launcher saves each of them is the start of an
 interpreter and the import of acode, its CLI and its engine (about 0.25 s of CPU, twice
-what an I/O-bound session of five model steps spends on its own work). The child runs
+what an I/O-bound session of five model steps spends on its own work), and with a
+shared store (``ACODE_STORE_URL``) the PostgreSQL driver too. The child runs
 the same entry point as the `acode` command, and ends as it would: its exit status, its
 output flushed, its threads joined, its exit handlers run; but without tearing down the
 modules it was given, which would write to every page of them (the copies a fork spared).
@@ -59,6 +60,11 @@ def main() -> None:
     scrub_own_environment()
     for name in PRELOADED:
         importlib.import_module(name)
+    if os.environ.get("ACODE_STORE_URL"):  # its sessions are stored in PostgreSQL
+        from acode.store.postgres.connection import load_driver
+        from acode.store.postgres.store import PostgresStore  # noqa: F401
+
+        load_driver()
     # The imported modules' objects never change: the children neither scan them in
     # their collections nor copy the pages they are on.
     gc.collect()

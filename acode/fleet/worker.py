@@ -449,13 +449,21 @@ class Worker:
             if self._launch is None:
                 self._launch = ForkServer(
                     LAUNCHER,
-                    _base_env(),
+                    self._launcher_env(),
                     on_start=lambda pid: self._report({"event": "launcher", "pid": pid}),
                     on_death=lambda pid, code: self._report(
                         {"event": "launcher_died", "pid": pid, "status": code}
                     ),
                 )
             return self._launch
+
+    def _launcher_env(self) -> dict[str, str]:
+        """The launcher's environment: with a shared store, its URL, so that it loads the
+        store's driver once for every session (each session's own is sent with it)."""
+        env = _base_env()
+        if self.options.store_url is not None:
+            env["ACODE_STORE_URL"] = self.options.store_url
+        return env
 
     def _child_env(self, item: QueueItem) -> dict[str, str]:
         """The environment of the item's `acode` processes: the worker's, which holds the
@@ -544,8 +552,8 @@ class Worker:
 
 
 def _base_env() -> dict[str, str]:
-    """The worker's environment without the queue's URL: the launcher's, and what each
-    session's starts from (``Worker._child_env``)."""
+    """The worker's environment without the queue's URL: what the launcher's and each
+    session's start from (``Worker._launcher_env``, ``Worker._child_env``)."""
     return {**_without(os.environ, "ACODE_FLEET_URL"), "GIT_TERMINAL_PROMPT": "0"}
 
 

@@ -161,3 +161,19 @@ def test_a_closed_launcher_ends(
         os.kill(pid, 0)
     with pytest.raises(ForkServerGone):
         server.spawn(["--version"], tmp_path, env, (0, 1, 2))
+
+
+@pytest.mark.parametrize("shared_store", [False, True], ids=["sqlite", "shared-store"])
+def test_the_store_driver_is_loaded_once_when_sessions_use_postgresql(
+    env: dict[str, str], tmp_path: Path, shared_store: bool
+) -> None:
+    if shared_store:
+        env = {**env, "ACODE_STORE_URL": "postgresql://acode@127.0.0.1:1/nowhere"}
+    server = ForkServer(LAUNCHER, env)
+    try:
+        with open(os.devnull, "wb") as null:
+            assert server.spawn(["--version"], tmp_path, env, (null.fileno(),) * 3).wait() == 0
+        maps = Path(f"/proc/{server.pid}/maps").read_text()
+    finally:
+        server.close()
+    assert ("psycopg" in maps) is shared_store

@@ -138,6 +138,9 @@ class Worker:
                 "concurrency": opts.concurrency,
             }
         )
+        # Its imports done while the worker waits, not on the way of the first session
+        # (an idle worker taking over a dead one's session among them).
+        self._launcher().start()
         previous = {
             sig: signal.signal(sig, lambda *_: self.stop())
             for sig in (signal.SIGTERM, signal.SIGINT)

@@ -168,6 +168,11 @@ class ForkServer:
             self._on_start(self._proc.pid)
         return self._control
 
+    def start(self) -> None:
+        """Start the server now rather than at the first :meth:`spawn`."""
+        with self._lock:
+            self._running()
+
     def check(self) -> None:
         """Tell ``on_death`` now if the server has died (a child's :class:`ForkServerGone`
         says it may have), rather than at the next :meth:`spawn`."""

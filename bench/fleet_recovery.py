@@ -132,10 +132,19 @@ def _wait(what: str, ready: Callable[[], bool], timeout: float = 60) -> None:
 
 
 def _round(
-    url: str, repo: Path, root: Path, r: str, lease: float, result: Recovery, *, lost: bool
+    url: str,
+    repo: Path,
+    root: Path,
+    r: str,
+    lease: float,
+    result: Recovery,
+    *,
+    lost: bool,
+    idle: float = 0.0,
 ) -> None:
     """One round; ``lost``: worker A and its session on a machine of their own, lost
-    together (nothing given back), else A alone killed (its session pauses)."""
+    together (nothing given back), else A alone killed (its session pauses). ``idle``:
+    how long A waits for work before the item comes."""
     import psycopg
 
     from acode.fleet.queue import Queue
@@ -144,12 +153,13 @@ def _round(
     env = {**os.environ, "ACODE_FLEET_URL": url, "ACODE_STORE_URL": url}
     queue = Queue(url)
     try:
-        item = queue.add(
-            queue=queue_name, title="recovery", plan=_plan(marker), task=None,
-            repo_url=str(repo), branch=None,
-        )  # fmt: skip
         a = _worker(_home(root, f"a-{r}", lease), queue_name, env, elsewhere=lost)
         try:
+            time.sleep(idle)
+            item = queue.add(
+                queue=queue_name, title="recovery", plan=_plan(marker), task=None,
+                repo_url=str(repo), branch=None,
+            )  # fmt: skip
             _wait("worker A's session to nap", marker.exists)
             session = str(queue.item(item.id).session_id)
             ref = f"refs/acode/sessions/{session}"
@@ -254,7 +264,11 @@ def measure_recovery(
                 )
             result.lost_skipped = _no_namespaces()
             for r in range(rounds if result.lost_skipped is None else 0):
-                _round(url, repo, scratch, f"lost-{r}", lease, result, lost=True)
+                # A worker that has run a while claims an item anywhere between two of
+                # its renewals, so its session's renewals fall anywhere between them too
+                # (a fresh worker claims in step with its own).
+                idle = (r + 1) * lease / 7
+                _round(url, repo, scratch, f"lost-{r}", lease, result, lost=True, idle=idle)
                 progress(
                     f"fleet-recovery machine lost, round {r + 1}/{rounds}: first new step "
                     f"{result.lost['from_later'][-1]:.2f} s after the later lease lapsed"
@@ -328,13 +342,14 @@ def _render_lost(result: Recovery) -> list[str]:
         "The same, but worker A and its session's process run on a machine of their own (a "
         "pid namespace of their own, `unshare`) and are killed together with SIGKILL: "
         "nothing is given back, neither the item's lease in the queue nor the session's "
-        "lease in the store, each renewed by its own process every third of a lease. B "
-        "claims the item when the first lapses; its `acode resume` is refused while the "
-        "second runs (exit 16), and B, reading when that lease lapses from the store (the "
-        "database's clock), starts the resume again just after it. The session's lease "
-        f"lapsed {min(later):+.2f} to {max(later):+.2f} s after the item's "
-        f"({sum(1 for s in later if s > 0)} of {len(later)} rounds later). "
-        f"{len(later)} rounds.",
+        "lease in the store, each renewed by its own process every third of a lease (A "
+        "waits for work a little longer each round before the item comes, so that its "
+        "session's renewals fall elsewhere between its own, as on a worker that has run "
+        "a while). B claims the item when the item's lease lapses; while the session's "
+        "runs, its `acode resume` is refused (exit 16), and B, reading when that lease "
+        "lapses from the store (the database's clock), starts the resume again just after "
+        f"it. The session's lease lapsed {min(later):+.2f} to {max(later):+.2f} s after "
+        f"the item's ({sum(1 for s in later if s > 0)} of {len(later)} rounds later).",
         "",
         "| to its first new step (`step_started`), from | median | worst |",
         "|---|---:|---:|",

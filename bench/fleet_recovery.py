@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -141,10 +142,12 @@ def _round(
     *,
     lost: bool,
     idle: float = 0.0,
+    later: float = 0.0,
 ) -> None:
     """One round; ``lost``: worker A and its session on a machine of their own, lost
     together (nothing given back), else A alone killed (its session pauses). ``idle``:
-    how long A waits for work before the item comes."""
+    how long A waits for work before the item comes; ``later``: how much later than half
+    a lease after B starts A dies."""
     import psycopg
 
     from acode.fleet.queue import Queue
@@ -165,7 +168,7 @@ def _round(
             ref = f"refs/acode/sessions/{session}"
             _wait("the hand-off ref", lambda: _git(repo, "for-each-ref", ref) != "")
             b = _worker(_home(root, f"b-{r}", lease), queue_name, env, "--once")
-            time.sleep(lease / 2)  # B idle, waiting for work, when A dies
+            time.sleep(lease / 2 + later)  # B idle, waiting for work, when A dies
         finally:
             if lost:
                 os.killpg(a.pid, signal.SIGKILL)
@@ -263,12 +266,17 @@ def measure_recovery(
                     f"{result.seconds['first_step'][-1]:.2f} s after the lease lapsed"
                 )
             result.lost_skipped = _no_namespaces()
+            # A worker that has run a while claims an item anywhere between two of its
+            # renewals, so its session's renewals fall anywhere between them too (a fresh
+            # worker claims in step with its own), and a machine dies at any moment
+            # between them: which lease lapses first, and by how much, varies.
+            rng = random.Random(22)
             for r in range(rounds if result.lost_skipped is None else 0):
-                # A worker that has run a while claims an item anywhere between two of
-                # its renewals, so its session's renewals fall anywhere between them too
-                # (a fresh worker claims in step with its own).
-                idle = (r + 1) * lease / 7
-                _round(url, repo, scratch, f"lost-{r}", lease, result, lost=True, idle=idle)
+                idle, later = rng.uniform(0, lease / 3), rng.uniform(0, lease / 3)
+                _round(
+                    url, repo, scratch, f"lost-{r}", lease, result,
+                    lost=True, idle=idle, later=later,
+                )  # fmt: skip
                 progress(
                     f"fleet-recovery machine lost, round {r + 1}/{rounds}: first new step "
                     f"{result.lost['from_later'][-1]:.2f} s after the later lease lapsed"
@@ -343,10 +351,11 @@ def _render_lost(result: Recovery) -> list[str]:
         "pid namespace of their own, `unshare`) and are killed together with SIGKILL: "
         "nothing is given back, neither the item's lease in the queue nor the session's "
         "lease in the store, each renewed by its own process every third of a lease (A "
-        "waits for work a little longer each round before the item comes, so that its "
-        "session's renewals fall elsewhere between its own, as on a worker that has run "
-        "a while). B claims the item when the item's lease lapses; while the session's "
-        "runs, its `acode resume` is refused (exit 16), and B, reading when that lease "
+        "waits for work for a random while before the item comes, so that its session's "
+        "renewals fall anywhere between its own, as on a worker that has run a while, "
+        "and dies at a random moment). B claims the item when the item's lease lapses; "
+        "while the session's runs, its `acode resume` is refused (exit 16), and B, "
+        "reading when that lease "
         "lapses from the store (the database's clock), starts the resume again just after "
         f"it. The session's lease lapsed {min(later):+.2f} to {max(later):+.2f} s after "
         f"the item's ({sum(1 for s in later if s > 0)} of {len(later)} rounds later).",

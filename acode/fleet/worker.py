@@ -370,9 +370,9 @@ class Worker:
         nothing gives back) is waited for until it lapses by the store's clock, read
         again at each back-off in case it is given back sooner, and the resume starts
         just after; a holder here (a live process: the lock file, or its lease) makes it
-        wait one back-off. Woken early by a lost lease; a stop is seen by the next try's
-        start."""
-        while not held.lost.is_set():
+        wait one back-off. Woken early by a lost lease; a stop is seen at the next read,
+        or by the next try's start."""
+        while not held.lost.is_set() and not self._stopping.is_set():
             left = leases.elsewhere(session_id)
             if left is None:
                 held.lost.wait(delay)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -49,11 +50,23 @@ INTERVALS = {
 }
 
 
+# A machine lost: interval -> the lease's lapse it starts from, as the table shows it.
+LOST_INTERVALS = {
+    "from_later": "the later of the two leases lapsing",
+    "from_item": "the item's lease lapsing",
+}
+
+
 @dataclass
 class Recovery:
     rounds: int
     lease_s: float = LEASE_S
     seconds: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in INTERVALS})
+    # A machine lost: to the first new step; and how much later than the item's the
+    # session's lease lapsed, each round (negative: sooner).
+    lost: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in LOST_INTERVALS})
+    store_after_item: list[float] = field(default_factory=list)
+    lost_skipped: str | None = None
     server: str = ""
     compiled: bool = (
         False  # acode's bytecode written before the rounds (bench.machine.compile_acode)
@@ -88,13 +101,27 @@ def _home(root: Path, name: str, lease: float) -> Path:
     return home
 
 
-def _worker(home: Path, queue: str, env: dict[str, str], *extra: str) -> subprocess.Popen[bytes]:
+def _worker(
+    home: Path, queue: str, env: dict[str, str], *extra: str, elsewhere: bool = False
+) -> subprocess.Popen[bytes]:
+    """A worker; ``elsewhere``: on a machine of its own, the first process of a pid
+    namespace of its own (its sessions' pids are another machine's to the others), whose
+    SIGKILL is the kernel's SIGKILL of every process in it: a machine lost."""
+    argv = [sys.executable, "-m", "acode", "worker", "-w", str(home), "--queue", queue, *extra]
     return subprocess.Popen(
-        [sys.executable, "-m", "acode", "worker", "-w", str(home), "--queue", queue, *extra],
+        [*_namespace_argv(), *argv] if elsewhere else argv,
         env=env,
         stdout=(home / "worker.out").open("wb"),
         stderr=subprocess.STDOUT,
+        start_new_session=elsewhere,  # one killpg: unshare and the namespace's first process
     )
+
+
+def _namespace_argv() -> list[str]:
+    """unshare(1)'s flags for a pid namespace of its own; a user namespace too unless
+    root, whose own (its access to the server's socket kept) is needed for the first."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *user, "--pid", "--fork", "--mount-proc"]
 
 
 def _wait(what: str, ready: Callable[[], bool], timeout: float = 60) -> None:
@@ -105,7 +132,22 @@ def _wait(what: str, ready: Callable[[], bool], timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-def _round(url: str, repo: Path, root: Path, r: int, lease: float, result: Recovery) -> None:
+def _round(
+    url: str,
+    repo: Path,
+    root: Path,
+    r: str,
+    lease: float,
+    result: Recovery,
+    *,
+    lost: bool,
+    idle: float = 0.0,
+    later: float = 0.0,
+) -> None:
+    """One round; ``lost``: worker A and its session on a machine of their own, lost
+    together (nothing given back), else A alone killed (its session pauses). ``idle``:
+    how long A waits for work before the item comes; ``later``: how much later than half
+    a lease after B starts A dies."""
     import psycopg
 
     from acode.fleet.queue import Queue
@@ -114,23 +156,29 @@ def _round(url: str, repo: Path, root: Path, r: int, lease: float, result: Recov
     env = {**os.environ, "ACODE_FLEET_URL": url, "ACODE_STORE_URL": url}
     queue = Queue(url)
     try:
-        item = queue.add(
-            queue=queue_name, title="recovery", plan=_plan(marker), task=None,
-            repo_url=str(repo), branch=None,
-        )  # fmt: skip
-        a = _worker(_home(root, f"a-{r}", lease), queue_name, env)
+        a = _worker(_home(root, f"a-{r}", lease), queue_name, env, elsewhere=lost)
         try:
+            time.sleep(idle)
+            item = queue.add(
+                queue=queue_name, title="recovery", plan=_plan(marker), task=None,
+                repo_url=str(repo), branch=None,
+            )  # fmt: skip
             _wait("worker A's session to nap", marker.exists)
             session = str(queue.item(item.id).session_id)
             ref = f"refs/acode/sessions/{session}"
             _wait("the hand-off ref", lambda: _git(repo, "for-each-ref", ref) != "")
             b = _worker(_home(root, f"b-{r}", lease), queue_name, env, "--once")
-            time.sleep(lease / 2)  # B idle, waiting for work, when A dies
+            time.sleep(lease / 2 + later)  # B idle, waiting for work, when A dies
         finally:
-            a.send_signal(signal.SIGKILL)
+            if lost:
+                os.killpg(a.pid, signal.SIGKILL)
+            else:
+                a.send_signal(signal.SIGKILL)
             a.wait()
         _elsewhere(url, item.id)
         lapse = queue.item(item.id).lease_expires
+        # Read before it lapses, so before B can take it: nothing renews it any more.
+        store_lapse = _store_lapse(url, session)
         if b.wait(120) != 0:
             raise RuntimeError(f"fleet-recovery: worker B exited {b.returncode}")
         done = queue.item(item.id)
@@ -146,9 +194,29 @@ def _round(url: str, repo: Path, root: Path, r: int, lease: float, result: Recov
         ).fetchall()
     resumed = max(n for n, (kind, _) in enumerate(rows) if kind == "session_resumed")
     first = next(ts for kind, ts in rows[resumed:] if kind == "step_started")
+    if lost:
+        if store_lapse is None:
+            raise RuntimeError(f"fleet-recovery: round {r}: the session's lease was given back")
+        result.store_after_item.append((store_lapse - lapse).total_seconds())
+        result.lost["from_later"].append(_since(max(lapse, store_lapse), first))
+        result.lost["from_item"].append(_since(lapse, first))
+        return
     result.seconds["claimed"].append((done.started_at - lapse).total_seconds())
     result.seconds["resumed"].append(_since(lapse, rows[resumed][1]))
     result.seconds["first_step"].append(_since(lapse, first))
+
+
+def _store_lapse(url: str, session: str) -> datetime | None:
+    """When the session's lease in the store lapses (None: free, given back)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT expires FROM acode_store.session_leases WHERE session_id = %s"
+            " AND token IS NOT NULL",
+            (session,),
+        ).fetchone()
+    return None if row is None else row[0]
 
 
 def _elsewhere(url: str, item: int) -> None:
@@ -161,6 +229,15 @@ def _elsewhere(url: str, item: int) -> None:
             "UPDATE acode_fleet.queue_items SET session_host = 'machine-a' WHERE id = %s",
             (item,),
         )
+
+
+def _no_namespaces() -> str | None:
+    """Why a machine cannot be stood for here (no unshare, no pid namespaces), or None."""
+    try:
+        probe = subprocess.run([*_namespace_argv(), "true"], capture_output=True, check=False)
+    except OSError as exc:
+        return f"no unshare(1): {exc}"
+    return None if probe.returncode == 0 else probe.stderr.decode().strip() or "unshare failed"
 
 
 def _since(lapse: datetime, ts_us: int) -> float:
@@ -183,10 +260,26 @@ def measure_recovery(
             result.compiled = compile_acode()
             result.load = (os.getloadavg()[0], 0.0)
             for r in range(rounds):
-                _round(url, repo, scratch, r, lease, result)
+                _round(url, repo, scratch, str(r), lease, result, lost=False)
                 progress(
                     f"fleet-recovery round {r + 1}/{rounds}: first new step "
                     f"{result.seconds['first_step'][-1]:.2f} s after the lease lapsed"
+                )
+            result.lost_skipped = _no_namespaces()
+            # A worker that has run a while claims an item anywhere between two of its
+            # renewals, so its session's renewals fall anywhere between them too (a fresh
+            # worker claims in step with its own), and a machine dies at any moment
+            # between them: which lease lapses first, and by how much, varies.
+            rng = random.Random(22)
+            for r in range(rounds if result.lost_skipped is None else 0):
+                idle, later = rng.uniform(0, lease / 3), rng.uniform(0, lease / 3)
+                _round(
+                    url, repo, scratch, f"lost-{r}", lease, result,
+                    lost=True, idle=idle, later=later,
+                )  # fmt: skip
+                progress(
+                    f"fleet-recovery machine lost, round {r + 1}/{rounds}: first new step "
+                    f"{result.lost['from_later'][-1]:.2f} s after the later lease lapsed"
                 )
             result.load = (result.load[0], os.getloadavg()[0])
     except Exception as exc:  # no server, no psycopg: the report says so instead of failing
@@ -240,8 +333,47 @@ def render_recovery(result: Recovery) -> str:
         "",
         f"Target (issue 22): recovery by another worker within {TARGET_S:g} s of the lease "
         f"lapsing: {verdict}.",
+        "",
+        *_render_lost(result),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _render_lost(result: Recovery) -> list[str]:
+    heading = "### A machine lost"
+    if result.lost_skipped is not None:
+        return [heading, "", f"Not measured: {result.lost_skipped}."]
+    later = result.store_after_item
+    lines = [
+        heading,
+        "",
+        "The same, but worker A and its session's process run on a machine of their own (a "
+        "pid namespace of their own, `unshare`) and are killed together with SIGKILL: "
+        "nothing is given back, neither the item's lease in the queue nor the session's "
+        "lease in the store, each renewed by its own process every third of a lease (A "
+        "waits for work for a random while before the item comes, so that its session's "
+        "renewals fall anywhere between its own, as on a worker that has run a while, "
+        "and dies at a random moment). B claims the item when the item's lease lapses; "
+        "while the session's runs, its `acode resume` is refused (exit 16), and B, "
+        "reading when that lease "
+        "lapses from the store (the database's clock), starts the resume again just after "
+        f"it. The session's lease lapsed {min(later):+.2f} to {max(later):+.2f} s after "
+        f"the item's ({sum(1 for s in later if s > 0)} of {len(later)} rounds later).",
+        "",
+        "| to its first new step (`step_started`), from | median | worst |",
+        "|---|---:|---:|",
+    ]
+    for key, label in LOST_INTERVALS.items():
+        values = result.lost[key]
+        lines.append(f"| {label} | {statistics.median(values):.2f} s | {max(values):.2f} s |")
+    values = result.lost["from_later"]
+    met = "met" if max(values) <= TARGET_S else "met by the median"
+    verdict = met if statistics.median(values) <= TARGET_S else "**missed**"
+    return [
+        *lines,
+        "",
+        f"Target: the first new step within {TARGET_S:g} s of the later lease lapsing: {verdict}.",
+    ]
 
 
 def fleet_recovery_section(root: Path, progress: Callable[[str], None], *, quick: bool) -> str:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acode.errors import (
+    AcodeError,
     EnvironmentValidationError,
     FleetError,
     SessionLockedError,
@@ -45,6 +46,7 @@ from acode.fleet.reclaim import Action, Decision, decide_claim, out_of_reach, st
 from acode.fleet.repo import clone, mask_url, push_result
 
 if TYPE_CHECKING:
+    from acode.store.postgres.store import PostgresStore
     from acode.system.fork_server import ForkServer, Spawned
 
 __all__ = ["LAUNCHER", "Report", "Worker", "WorkerOptions"]
@@ -338,25 +340,49 @@ class Worker:
         lease is this worker's; the first refusal, and each new reason, is reported."""
         delay, most = _LOCKED_RETRY
         told = ""
-        while True:
-            code, final = self._run_child(queue, held, argv, workspace)
-            locked = argv[0] == "resume" and code == SessionLockedError.exit_code
-            if not locked or held.lost.is_set() or self._stopping.is_set():
-                return code, final
-            reason = self._log_tail(workspace.parent)
-            if reason != told:
-                told = reason
-                self._report(
-                    {
-                        "event": "waiting",
-                        "item": held.item.id,
-                        "session": held.item.session_id,
-                        "reason": reason,
-                    }
-                )
-            # Woken early by a lost lease; a stop is seen by the next try's start.
+        leases = _StoreLeases(self.options.store_url)
+        try:
+            while True:
+                code, final = self._run_child(queue, held, argv, workspace)
+                locked = argv[0] == "resume" and code == SessionLockedError.exit_code
+                if not locked or held.lost.is_set() or self._stopping.is_set():
+                    return code, final
+                reason = self._log_tail(workspace.parent)
+                if reason != told:
+                    told = reason
+                    self._report(
+                        {
+                            "event": "waiting",
+                            "item": held.item.id,
+                            "session": held.item.session_id,
+                            "reason": reason,
+                        }
+                    )
+                delay = self._until_free(held, leases, argv[2], delay, most)
+        finally:
+            leases.close()
+
+    def _until_free(
+        self, held: _Held, leases: _StoreLeases, session_id: str, delay: float, most: float
+    ) -> float:
+        """Wait before the next try of a refused resume; returns the next back-off. The
+        session's lease in the store held on another machine (a lost machine's, which
+        nothing gives back) is waited for until it lapses by the store's clock, read
+        again at each back-off in case it is given back sooner, and the resume starts
+        just after; a holder here (a live process: the lock file, or its lease) makes it
+        wait one back-off. Woken early by a lost lease; a stop is seen at the next read,
+        or by the next try's start."""
+        while not held.lost.is_set() and not self._stopping.is_set():
+            left = leases.elsewhere(session_id)
+            if left is None:
+                held.lost.wait(delay)
+                return min(delay * 2, most)
+            if left <= delay:
+                held.lost.wait(left + _AFTER_LAPSE)
+                return delay
             held.lost.wait(delay)
             delay = min(delay * 2, most)
+        return delay
 
     def _prepare(self, item: QueueItem, scratch: Path) -> str:
         """A fresh clone in ``scratch``/repo; the plan beside it (not in the work tree,
@@ -558,6 +584,44 @@ def _base_env() -> dict[str, str]:
     """The worker's environment without the queue's URL: what the launcher's and each
     session's start from (``Worker._launcher_env``, ``Worker._child_env``)."""
     return {**_without(os.environ, "ACODE_FLEET_URL"), "GIT_TERMINAL_PROMPT": "0"}
+
+
+class _StoreLeases:
+    """The sessions' leases in the shared store, read while a resume waits for one
+    (opened at the first read; none without a shared store)."""
+
+    def __init__(self, url: str | None) -> None:
+        self._url = url
+        self._store: PostgresStore | None = None
+
+    def elsewhere(self, session_id: str) -> float | None:
+        """Seconds until the session's lease lapses, by the store's clock, when a process
+        of another machine holds it (0 when it is free or has lapsed); None when a process
+        of this machine holds it, or when the store cannot tell (no shared store, or out
+        of reach)."""
+        from acode.system.process_table import process_table_id
+
+        if self._url is None:
+            return None
+        try:
+            if self._store is None:
+                from acode.store.postgres.store import PostgresStore
+
+                self._store = PostgresStore.open(self._url)
+            found = self._store.lease_lapse(session_id)
+        except AcodeError:
+            return None
+        if found is None:
+            return 0.0
+        holder, left = found
+        here = process_table_id()
+        if here is None or holder.machine is None or holder.machine == here:
+            return None
+        return left
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
 
 
 def _without(env: Mapping[str, str], name: str) -> dict[str, str]:

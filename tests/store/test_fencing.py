@@ -170,6 +170,27 @@ def test_a_live_holder_is_refused_a_dead_one_here_is_taken_at_once_a_given_back_
         assert far.holder.epoch == 3
 
 
+def test_the_lapse_of_a_held_lease_is_read_by_the_servers_clock(
+    pg_server: PgServer, dbname: str, url: str
+) -> None:
+    with closing(_pg(open_store(url))) as a, closing(_pg(open_store(url))) as b:
+        row = EventStoreContract.new_session(a, 1)
+        me = _me()
+        assert b.lease_lapse(row.id) is None  # never taken
+        assert a.take_lease(row.id, me, 30).epoch == 1
+        found = b.lease_lapse(row.id)
+        assert found is not None
+        holder, left = found
+        assert (holder.pid, holder.machine, holder.epoch) == (os.getpid(), me.machine, 1)
+        assert 0 < left <= 30
+        lapsed = "UPDATE acode_store.session_leases SET expires = now() - interval '1 s'"
+        _sql(pg_server, dbname, lapsed)
+        assert b.lease_lapse(row.id) is None  # lapsed
+        assert a.take_lease(row.id, me, 30).epoch == 1
+        a.give_back_lease(row.id, me)
+        assert b.lease_lapse(row.id) is None  # given back
+
+
 RACER = """
 import json, os, sys, time
 from pathlib import Path

@@ -270,6 +270,14 @@ SELECT_LEASE = (
     " FROM acode_store.session_leases WHERE session_id = %s AND token IS NOT NULL"
     " AND expires >= now()"
 )
+# The holder and how long until the lease lapses, by this server's clock (the one every
+# machine shares): a worker waiting for a lost machine's lease resumes just after it.
+SELECT_LEASE_LAPSE = (
+    "SELECT token, host, pid, since, expires, machine, started, epoch,"
+    " extract(epoch FROM expires - now())::float8"
+    " FROM acode_store.session_leases WHERE session_id = %s AND token IS NOT NULL"
+    " AND expires >= now()"
+)
 RENEW_LEASE = (
     "UPDATE acode_store.session_leases SET expires = now() + make_interval(secs => %s)"
     " WHERE session_id = %s AND token = %s AND epoch = %s RETURNING epoch"

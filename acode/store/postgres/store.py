@@ -382,14 +382,18 @@ class PostgresStore:
         return outcome
 
     def _lease_holder(self, session_id: str) -> tuple[str | None, LeaseHolder | None]:
-        from acode.store.leases import LeaseHolder
-
         row = self._one(q.SELECT_LEASE, (session_id,))
         if row is None:
             return None, None
-        token, host, pid, since, expires, machine, started, epoch = row
-        holder = LeaseHolder(str(host), int(pid), since, expires, machine, started, int(epoch))
-        return str(token), holder
+        return str(row[0]), _holder(row[1:])
+
+    def lease_lapse(self, session_id: str) -> tuple[LeaseHolder, float] | None:
+        """The holder of the session's unexpired lease and the seconds until it lapses,
+        unrenewed, by the server's clock; None when the lease is free or has lapsed."""
+        row = self._one(q.SELECT_LEASE_LAPSE, (session_id,))
+        if row is None:
+            return None
+        return _holder(row[1:8]), max(float(row[8]), 0.0)
 
     def renew_lease(self, session_id: str, lease: Lease, seconds: float) -> bool:
         """Renew the lease this store holds; False when it is another's now."""
@@ -745,6 +749,14 @@ class PostgresStore:
         finally:
             self._pool.putconn(conn)
         return Reclaimed(converted=False, error=error)
+
+
+def _holder(row: tuple[Any, ...]) -> LeaseHolder:
+    """A lease's holder from its row: host, pid, since, expires, machine, started, epoch."""
+    from acode.store.leases import LeaseHolder
+
+    host, pid, since, expires, machine, started, epoch = row
+    return LeaseHolder(str(host), int(pid), since, expires, machine, started, int(epoch))
 
 
 def _taken_over(session_id: str, epoch: int | None) -> SessionTakenOverError:

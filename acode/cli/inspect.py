@@ -50,6 +50,7 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
         sync = sync_status(store, detail.row, config.sync.remote)
         position = _position(store, detail)
         handoff = _handoff(detail, workspace, config)
+        location = store.location
     print_status(
         detail.row,
         detail.summary,
@@ -59,6 +60,7 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
         usage=detail.usage,
         position=position,
         handoff=handoff,
+        store=location,
     )
 
 
@@ -69,7 +71,7 @@ def _handoff(detail: SessionDetail, workspace: Path, config: AcodeConfig) -> Han
         return None
     from acode.engine.handoff import handoff_status
 
-    return handoff_status(detail.row, workspace, config.handoff)
+    return handoff_status(detail.row, workspace, config.handoff, detail.worktree)
 
 
 def _no_sessions(workspace: Path) -> NothingToResumeError:
@@ -119,6 +121,7 @@ def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
         detail = session_detail(store, workspace, session_id)
         sync = sync_status(store, detail.row, remote)
         position = _position(store, detail) if not as_json else None
+        location = store.location
     if as_json:
         data = session_json(detail.row, detail.summary)
         data["lock"] = detail.lock_holder
@@ -136,7 +139,13 @@ def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
         emit_json(data)
         return
     print_status(
-        detail.row, detail.summary, detail.lock_holder, as_json=False, sync=sync, position=position
+        detail.row,
+        detail.summary,
+        detail.lock_holder,
+        as_json=False,
+        sync=sync,
+        position=position,
+        store=location,
     )
     if detail.steps:
         out_console().print()

@@ -19,7 +19,14 @@ from acode.cli.console import (
     print_lines,
 )
 from acode.cli.handoff_views import arrival_lines, handoff_json, handoff_lines
-from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summary
+from acode.cli.sync_views import (
+    POSTGRESQL,
+    status_sync_json,
+    status_sync_lines,
+    store_json,
+    store_lines,
+    sync_summary,
+)
 from acode.security.redaction import redact, redact_json
 
 if TYPE_CHECKING:
@@ -149,14 +156,18 @@ def print_status(
     usage: Usage | None = None,
     position: Position | None = None,
     handoff: HandoffStatus | None = None,
+    store: str | None = None,
 ) -> None:
     """``sync`` None: no remote is configured. ``position``: the step the session is at,
-    placed in its plan. ``handoff`` None: hand-off is off."""
+    placed in its plan. ``handoff`` None: hand-off is off. ``store``: where the sessions
+    are kept (``EventStore.location``: no password)."""
+    in_store = store is not None and store.startswith(POSTGRESQL)
     if as_json:
         data = session_json(row, summary)
         data["position"] = position.to_dict() if position is not None else None
         data["lock"] = lock_holder
-        data["sync"] = status_sync_json(sync)
+        data["store"] = store_json(store, row.workspace) if store is not None else None
+        data["sync"] = status_sync_json(sync, in_store=in_store)
         data["usage"] = usage.to_dict() if usage is not None else None
         data["handoff"] = handoff_json(handoff)
         emit_json(data)
@@ -186,8 +197,15 @@ def print_status(
         lines.append(f"Model:   {usage_line(usage)}")
     lines.append(f"Updated: {ago(row.updated_at, _now_us())} ({iso(row.updated_at)})")
     lines.append(f"Lock:    {lock_holder or 'free'}")
-    lines += status_sync_lines(sync, running=lock_holder is not None)
-    lines += handoff_lines(handoff, running=lock_holder is not None)
+    if store is not None and in_store:
+        lines += store_lines(store, row.workspace)
+    else:
+        lines += status_sync_lines(sync, running=lock_holder is not None)
+    if handoff is not None:
+        from acode.engine.catalog import is_resumable_row
+
+        resume_id = row.short_id if is_resumable_row(row) else None
+        lines += handoff_lines(handoff, running=lock_holder is not None, resume_id=resume_id)
     for line in lines:
         console.print(line, markup=False)
 

@@ -305,3 +305,22 @@ def test_connections_the_server_ended_fail_one_write_and_no_read(
         assert store.last_seq(row.sid) == 2
         _sql(pg_server, dbname, kill)
         assert store.last_seq(row.sid) == 2  # a read is asked again on a new connection
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql://acode:pw@/acode?host=%2Fvar%2Frun%2Fpostgresql&port=5433",
+            "postgresql://acode@/acode?host=/var/run/postgresql&port=5433",
+        ),
+        ("postgresql://acode@/acode?port=5433", "postgresql://acode@/acode?port=5433"),
+        ("postgresql://acode:pw@db:5433/acode?sslmode=require", "postgresql://acode@db:5433/acode"),
+        ("postgresql:///acode", "postgresql://localhost/acode"),
+    ],
+)
+def test_a_store_is_named_by_where_it_connects_without_the_password(url: str, shown: str) -> None:
+    # Two servers of one machine differ by the port of their socket: both are shown.
+    from acode.store.postgres.connection import parse_address
+
+    assert parse_address(url).shown == shown

@@ -72,12 +72,14 @@ def parse_address(url: str) -> StoreAddress:
     password = parts.password or next((v for k, v in rest if k == "password"), "")
     conninfo = urlunsplit(parts._replace(query=urlencode(rest), fragment=""))
     user = f"{parts.username}@" if parts.username else ""
-    host = parts.hostname or "localhost"
+    # A host (a Unix socket's folder) and port in the query are where libpq connects:
+    # shown as given, so that two servers on one machine are told apart.
+    given = [f"{k}={v}" for k, v in rest if k in ("host", "port")]
+    host = parts.hostname or ("" if given else "localhost")
     where = f"{host}:{port}" if port else host
     shown = f"postgresql://{user}{where}{parts.path}"
-    socket = next((v for k, v in rest if k == "host"), None)
-    if socket is not None:  # a Unix socket's folder, or a host named in the query
-        shown += f"?host={socket}"
+    if given:
+        shown += "?" + "&".join(given)
     return StoreAddress(conninfo, shown, password, workspace)
 
 

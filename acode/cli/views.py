@@ -426,6 +426,10 @@ def _rollback_lines(rollback: RollbackPreview) -> list[str]:
     return lines
 
 
+def _unsynced(preview: ResumePreview) -> str:
+    return "none needed: in the PostgreSQL store" if preview.in_store else "local only"
+
+
 def _agent_lines(preview: ResumePreview) -> list[str]:
     if preview.agent is None:
         return []
@@ -499,7 +503,7 @@ def print_preview(
         ]
         if c is not None and c.in_progress:
             lines.append(f"  In progress: {c.in_progress} ({c.in_progress_action})")
-        sync = sync_summary(preview.sync) if preview.sync else "local only"
+        sync = sync_summary(preview.sync) if preview.sync else _unsynced(preview)
         lines.append(f"  Sync status: {sync}")
         lines += arrival_lines(preview.handoff, dry_run=True)
         lines += _agent_lines(preview)

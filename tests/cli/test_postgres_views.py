@@ -169,3 +169,24 @@ def test_doctor_with_a_store_that_does_not_answer_says_what_to_do(acode: Cli) ->
     assert size["status"] == "warn", size
     assert "not weighed against retention.max_state_bytes (1,000)" in size["detail"]
     assert "hunter2" not in str(size) + str(database)
+
+
+def test_the_commands_of_the_mirror_say_the_store_needs_none(acode: Cli) -> None:
+    _run(acode, "{id: a, write: a.txt, content: 'a'}")
+    for command in (("sync",), ("sync", "--json"), ("session", "list", "--remote")):
+        refused = acode(*command, expect=2)
+        assert "ACODE-USAGE-001" in refused.err, refused.describe()
+        # sync.remote cannot be set beside store.url: it is not what to do here.
+        assert "set sync.remote" not in refused.flat_err
+        assert "PostgreSQL store" in refused.flat_err
+        assert "Traceback" not in refused.err
+    assert "handoff.remote" in acode("sync", expect=2).flat_err
+    assert "acode session list" in acode("session", "list", "--remote", expect=2).flat_err
+
+
+def test_a_resume_preview_on_postgresql_is_not_local_only(acode: Cli) -> None:
+    _run(acode, "{id: a, write: a.txt, content: 'a'}", "{id: ok, approve: Go on?}", expect=20)
+    shown = acode("resume", "--dry-run")
+    assert "Sync status: none needed: in the PostgreSQL store" in shown.out, shown.describe()
+    assert "local only" not in shown.out
+    assert acode("resume", "--dry-run", "--json").json()["sync_status"] == "in_store"

@@ -320,6 +320,11 @@ def model_check(config: AcodeConfig, probe: ModelProbe) -> Check:
 
 def remote_checks(config: AcodeConfig, backlog: int | None) -> list[Check]:
     dsn = config.sync.remote
+    if config.store.url is not None:
+        # The two exclude each other: a mirror is nothing to set up here.
+        return [
+            Check("remote", Status.SKIP, "none needed: the sessions are in the PostgreSQL store")
+        ]
     if dsn is None:
         return [Check("remote", Status.SKIP, "no remote configured (sync.remote)")]
     from acode.sync.remote import connect_remote

@@ -140,6 +140,9 @@ def test_doctor_weighs_the_sessions_in_postgresql_as_retention_does(acode: Cli) 
     _run(acode, "{id: a, write: a.txt, content: 'a'}", "{id: b, run: 'true'}")
     acode.write("big.txt", os.urandom(15_000).hex())
     _run(acode, "{id: r, read: big.txt}")
+    remote = _check(acode, "remote")
+    assert remote["status"] == "skip"
+    assert "PostgreSQL store" in remote["detail"], remote  # no mirror to configure
     size = _check(acode, "state size")
     assert size["status"] == "ok", size
     assert "this workspace's sessions hold" in size["detail"]

@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from acode.errors import ErrorCode, SchemaTooNewError, StorageError, StoreUnavailableError
+from acode.errors import (
+    ErrorCode,
+    SchemaTooNewError,
+    StorageError,
+    StoreUnavailableError,
+    StoreUrlError,
+)
 from acode.store.base import EventStore, open_store, workspace_url
 from acode.store.postgres.migrations import available_migrations
 from tests.store.contract import EventStoreContract, _event, _message
@@ -324,3 +330,19 @@ def test_a_store_is_named_by_where_it_connects_without_the_password(url: str, sh
     from acode.store.postgres.connection import parse_address
 
     assert parse_address(url).shown == shown
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [("foo=bar", "foo"), ("sslmode=bogus", "sslmode"), ("target_session_attrs=xx", "xx")],
+)
+def test_an_option_libpq_refuses_is_a_store_url_error_not_an_outage(query: str, named: str) -> None:
+    # Refused before any connection is tried: no server needed, and none is blamed.
+    with pytest.raises(StoreUrlError) as refused:
+        open_store(f"postgresql://acode:s3cret@127.0.0.1:1/acode?{query}")
+    error = refused.value
+    assert (error.code, error.exit_code) == (ErrorCode.STORE_URL, 2)
+    assert named in error.message
+    assert "postgresql://acode@127.0.0.1:1/acode" in error.message
+    assert "s3cret" not in str(error)
+    assert error.hint is not None and "store.url" in error.hint

@@ -110,6 +110,14 @@ def connect(address: StoreAddress, durability: Durability) -> psycopg.Connection
     try:
         return psycopg.connect(address.conninfo, **_options(durability))
     except psycopg.Error as exc:
+        if _BAD_OPTION.search(str(exc)):  # refused before a connection was tried
+            said = _clean(address, exc).removeprefix("connection is bad: ")
+            raise StoreUrlError(
+                f"the store URL {address.shown} has an option libpq refuses: {said}",
+                hint="correct or remove that option in store.url (or ACODE_STORE_URL); the "
+                "options libpq takes: https://www.postgresql.org/docs/current/"
+                "libpq-connect.html#LIBPQ-PARAMKEYWORDS",
+            ) from None
         raise store_error(address, exc) from None
     except OSError as exc:  # a name resolution that fails before libpq
         raise _unreachable(address, str(exc)) from None
@@ -158,6 +166,8 @@ def pool_timeout(address: StoreAddress) -> StoreUnavailableError:
     return _unreachable(address, f"no connection could be had within {POOL_TIMEOUT_S:g} s")
 
 
+# libpq's words for a URL option it does not know, or a value it does not take.
+_BAD_OPTION = re.compile(r"invalid (?:URI query parameter|connection option|\S+ value)")
 # The SQLSTATE classes of a login the server refused: 28 (invalid authorization: a wrong
 # password, an unknown role), 3D (no such database), 42501 (no privilege on it).
 _REFUSED = ("28", "3D")

@@ -298,11 +298,16 @@ def git_check(workspace: Path) -> Check:
 
 def config_check(workspace: Path) -> tuple[Check, AcodeConfig | None]:
     from acode.engine.config import CONFIG_RELATIVE, load_config
+    from acode.engine.lifecycle import refuse_mirror_of_postgres
 
     try:
         config = load_config(workspace)
     except AcodeError as exc:
         return Check("config", Status.FAIL, exc.message, exc.hint), None
+    try:
+        refuse_mirror_of_postgres(config)
+    except AcodeError as exc:  # read, and refused by every command that runs a session
+        return Check("config", Status.FAIL, exc.message, exc.hint), config
     read = "read" if (workspace / CONFIG_RELATIVE).exists() else "absent: the defaults apply"
     return Check("config", Status.OK, f"{CONFIG_RELATIVE} {read}"), config
 

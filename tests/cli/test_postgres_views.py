@@ -193,3 +193,14 @@ def test_a_resume_preview_on_postgresql_is_not_local_only(acode: Cli) -> None:
     assert "Sync status: none needed: in the PostgreSQL store" in shown.out, shown.describe()
     assert "local only" not in shown.out
     assert acode("resume", "--dry-run", "--json").json()["sync_status"] == "in_store"
+
+
+def test_doctor_fails_a_store_and_a_mirror_set_together_as_run_refuses_them(acode: Cli) -> None:
+    acode.write(".agent/config.yml", "sync:\n  remote: postgresql://team@127.0.0.1:1/acode\n")
+    acode.write("plan.yml", plan_yaml("Refused", "{id: a, write: a.txt, content: 'a'}"))
+    refused = acode("run", "plan.yml", expect=2)
+    assert "store.url and sync.remote are both set" in refused.flat_err
+    config = _check(acode, "config")
+    assert config["status"] == "fail", config
+    assert "store.url and sync.remote are both set" in config["detail"]
+    assert "unset sync.remote" in (config["fix"] or "")

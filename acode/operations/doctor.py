@@ -309,7 +309,39 @@ def config_check(workspace: Path) -> tuple[Check, AcodeConfig | None]:
     except AcodeError as exc:  # read, and refused by every command that runs a session
         return Check("config", Status.FAIL, exc.message, exc.hint), config
     read = "read" if (workspace / CONFIG_RELATIVE).exists() else "absent: the defaults apply"
+    written = _password_in_file(config)
+    if written is not None:
+        key, variable = written
+        return Check(
+            "config",
+            Status.WARN,
+            f"{CONFIG_RELATIVE} read; its {key} holds a password, in a file of the workspace "
+            "(often committed)",
+            f"move the password to ~/.pgpass (or give the whole URL as {variable}), then "
+            f"remove it from {CONFIG_RELATIVE}",
+        ), config
     return Check("config", Status.OK, f"{CONFIG_RELATIVE} {read}"), config
+
+
+def _password_in_file(config: AcodeConfig) -> tuple[str, str] | None:
+    """The key of the config file whose PostgreSQL URL holds a password, and the
+    variable that would give it instead; a variable that is set wins over the file."""
+    import re
+    from urllib.parse import urlsplit
+
+    for key, variable, url in (
+        ("store.url", "ACODE_STORE_URL", config.store.url),
+        ("sync.remote", "ACODE_SYNC_DSN", config.sync.remote),
+    ):
+        if url is None or os.environ.get(variable):
+            continue
+        try:
+            in_url = urlsplit(url).password if "://" in url else None
+        except ValueError:  # reported by the commands that connect
+            in_url = None
+        if in_url or re.search(r"(?:^|[\s?&])password=", url):
+            return key, variable
+    return None
 
 
 def model_check(config: AcodeConfig, probe: ModelProbe) -> Check:

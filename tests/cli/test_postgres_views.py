@@ -204,3 +204,16 @@ def test_doctor_fails_a_store_and_a_mirror_set_together_as_run_refuses_them(acod
     assert config["status"] == "fail", config
     assert "store.url and sync.remote are both set" in config["detail"]
     assert "unset sync.remote" in (config["fix"] or "")
+
+
+def test_doctor_warns_of_a_password_written_in_the_config_file(acode: Cli) -> None:
+    url = acode.env["ACODE_STORE_URL"]
+    in_file = {k: v for k, v in acode.env.items() if k != "ACODE_STORE_URL"}
+    acode.write(".agent/config.yml", f"store:\n  url: '{url}'\n")
+    config = _check(acode, "config", env=in_file)
+    assert config["status"] == "warn", config
+    assert "store.url holds a password" in config["detail"]
+    assert "ACODE_STORE_URL" in (config["fix"] or "")
+    assert PASSWORD_ROLE[1] not in str(config)
+    # Given by the environment, which wins, the file's value is not what is used.
+    assert _check(acode, "config")["status"] == "ok"

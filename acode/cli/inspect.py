@@ -46,7 +46,7 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
     with read_store(workspace) as store:
         if store is None:
             raise _no_sessions(workspace)
-        detail = session_detail(store, workspace, session_id)
+        detail = session_detail(store, workspace, session_id, worktree=bool(config.handoff.remote))
         sync = sync_status(store, detail.row, config.sync.remote)
         position = _position(store, detail)
         handoff = _handoff(detail, workspace, config)

@@ -69,7 +69,10 @@ def lock_holder(workspace: Path, session_id: str) -> str | None:
     return holder(StatePaths(workspace).locks, session_id)
 
 
-def session_detail(store: EventStore, workspace: Path, id_or_prefix: str | None) -> SessionDetail:
+def session_detail(
+    store: EventStore, workspace: Path, id_or_prefix: str | None, *, worktree: bool = False
+) -> SessionDetail:
+    """``worktree``: read the commit of the work tree the history names last (hand-off)."""
     from acode.domain.events import EventType
     from acode.engine.catalog import model_usage
     from acode.engine.journal import Journal
@@ -79,7 +82,7 @@ def session_detail(store: EventStore, workspace: Path, id_or_prefix: str | None)
     row = chosen_session(store, id_or_prefix)
     journal = Journal.load(store, row, SystemClock(), load_signer())
     assert journal.summary is not None
-    recorded = journal.history.of_type(EventType.WORKTREE_RECORDED)
+    recorded = journal.history.of_type(EventType.WORKTREE_RECORDED) if worktree else []
     return SessionDetail(
         row=row,
         summary=journal.summary,

@@ -82,6 +82,7 @@ def diagnose(workspace: Path, model_probe: ModelProbe) -> list[Check]:
         checks += [Check(n, Status.SKIP, skipped) for n in ("model", "remote")]
     else:
         checks += [model_check(loaded, model_probe), *remote_checks(loaded, backlog)]
+        checks += handoff_checks(workspace, loaded)
         checks += engine_checks(loaded)
     limit = loaded.retention.max_state_bytes if loaded is not None else None
     checks.append(size_check(paths.state_dir, limit, in_store))
@@ -382,6 +383,47 @@ def remote_checks(config: AcodeConfig, backlog: int | None) -> list[Check]:
             "sync backlog", Status.WARN, f"{backlog} events wait for the remote", "acode sync"
         )
     return [remote, pending]
+
+
+def handoff_checks(workspace: Path, config: AcodeConfig) -> list[Check]:
+    """Only with ``handoff.remote``: the git remote it names exists here (looked up, not
+    reached), and with a PostgreSQL store, the workspace has a name its clones share."""
+    remote = config.handoff.remote
+    if remote is None:
+        return []
+    from acode.system.git_command import run_git
+
+    found = run_git(workspace, ["remote", "get-url", remote])
+    if found.returncode != 0:
+        return [
+            Check(
+                "handoff",
+                Status.FAIL,
+                f"no git remote named {remote} in {workspace}: the work trees cannot be pushed",
+                f"git remote add {shlex.quote(remote)} URL   # the repository's URL",
+            )
+        ]
+    from acode.domain.config import mask_credentials
+
+    detail = f"{remote} is {mask_credentials(found.stdout.strip())}"
+    if config.store.url is None:
+        return [Check("handoff", Status.OK, detail)]
+    if config.store.workspace is None:
+        return [
+            Check(
+                "handoff",
+                Status.WARN,
+                f"{detail}; no store.workspace: a clone in another directory sees none of "
+                "this workspace's sessions",
+                "set store.workspace in .agent/config.yml to a name every clone shares, "
+                "such as the repository's (docs/fleet.md)",
+            )
+        ]
+    return [
+        Check(
+            "handoff", Status.OK, f"{detail}; the clones share workspace {config.store.workspace}"
+        )
+    ]
 
 
 def engine_checks(config: AcodeConfig) -> list[Check]:

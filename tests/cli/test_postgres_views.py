@@ -217,3 +217,22 @@ def test_doctor_warns_of_a_password_written_in_the_config_file(acode: Cli) -> No
     assert PASSWORD_ROLE[1] not in str(config)
     # Given by the environment, which wins, the file's value is not what is used.
     assert _check(acode, "config")["status"] == "ok"
+
+
+def test_doctor_checks_the_hand_off_remote_and_the_shared_name(machines: Machines) -> None:  # noqa: F811
+    m = machines
+    handoff = _check(m.b, "handoff")
+    assert handoff["status"] == "ok", handoff
+    assert "origin" in handoff["detail"] and "acme" in handoff["detail"]
+
+    git(m.b.workspace, "remote", "rename", "origin", "upstream")
+    missing = _check(m.b, "handoff")
+    assert missing["status"] == "fail", missing
+    assert "no git remote named origin" in missing["detail"]
+    assert missing["fix"] == "git remote add origin URL   # the repository's URL"
+
+    # Without a name, a clone in another directory sees none of this one's sessions.
+    m.a.write(".agent/config.yml", "handoff:\n  remote: origin\n")
+    unnamed = _check(m.a, "handoff")
+    assert unnamed["status"] == "warn", unnamed
+    assert "store.workspace" in unnamed["detail"]

@@ -223,7 +223,8 @@ def test_doctor_checks_the_hand_off_remote_and_the_shared_name(machines: Machine
     m = machines
     handoff = _check(m.b, "handoff")
     assert handoff["status"] == "ok", handoff
-    assert "origin" in handoff["detail"] and "acme" in handoff["detail"]
+    assert "origin" in handoff["detail"]
+    assert "acme" in handoff["detail"]
 
     git(m.b.workspace, "remote", "rename", "origin", "upstream")
     missing = _check(m.b, "handoff")

@@ -250,7 +250,7 @@ def test_a_server_that_does_not_answer_is_named_without_the_password(host: str) 
     assert "start the server" in error.hint
 
 
-def test_a_wrong_password_is_refused_without_showing_it(pg_server: PgServer, dbname: str) -> None:
+def _password_role(pg_server: PgServer, dbname: str) -> tuple[str, str]:
     role, right = PASSWORD_ROLE
     if not pg_server.embedded:  # a given server: the role may have to be made first
         _sql(
@@ -259,6 +259,11 @@ def test_a_wrong_password_is_refused_without_showing_it(pg_server: PgServer, dbn
             f"DO $$ BEGIN CREATE ROLE {role} LOGIN PASSWORD '{right}';"
             " EXCEPTION WHEN duplicate_object THEN NULL; END $$",
         )
+    return role, right
+
+
+def test_a_wrong_password_is_refused_without_showing_it(pg_server: PgServer, dbname: str) -> None:
+    role, _ = _password_role(pg_server, dbname)
     with pytest.raises(StoreUnavailableError) as refused:
         open_store(pg_server.store_url(dbname, user=role, password=SECRET))
     error = refused.value
@@ -266,6 +271,23 @@ def test_a_wrong_password_is_refused_without_showing_it(pg_server: PgServer, dbn
     assert "password authentication failed" in error.message
     assert SECRET not in str(error)
     assert f"{role}@" in error.message
+
+
+def test_a_role_that_may_not_create_the_schema_is_refused_as_a_login_not_a_write(
+    pg_server: PgServer, dbname: str
+) -> None:
+    # The password role may connect to the new database, not create anything in it.
+    role, right = _password_role(pg_server, dbname)
+    with pytest.raises(StoreUnavailableError) as refused:
+        open_store(pg_server.store_url(dbname, user=role, password=right))
+    error = refused.value
+    assert (error.code, error.exit_code) == (ErrorCode.STORE_REFUSED, 1)
+    assert "permission denied" in error.message
+    assert error.hint is not None
+    assert f"GRANT CREATE ON DATABASE {dbname} TO {role}" in error.hint
+    assert f"CREATE SCHEMA acode_store AUTHORIZATION {role}" in error.hint
+    assert "acode resume" not in error.hint  # nothing was started that could go on
+    assert _sql(pg_server, dbname, "SELECT to_regnamespace('acode_store')") == [(None,)]
 
 
 def test_a_database_that_does_not_exist_is_refused(pg_server: PgServer) -> None:
@@ -345,4 +367,5 @@ def test_an_option_libpq_refuses_is_a_store_url_error_not_an_outage(query: str, 
     assert named in error.message
     assert "postgresql://acode@127.0.0.1:1/acode" in error.message
     assert "s3cret" not in str(error)
-    assert error.hint is not None and "store.url" in error.hint
+    assert error.hint is not None
+    assert "store.url" in error.hint

@@ -186,6 +186,17 @@ def store_error(address: StoreAddress, exc: BaseException) -> StorageError:
 
     text = _clean(address, exc)
     state = getattr(exc, "sqlstate", None) or ""
+    if state == "42501":  # no privilege: on the database, to create acode's schema there
+        parts = urlsplit(address.conninfo)
+        role = parts.username or "ROLE"
+        database = parts.path.lstrip("/") or role  # libpq's default: the role's name
+        return StoreUnavailableError(
+            f"the PostgreSQL store {address.shown} refused acode: {text}",
+            hint=f"as the database's owner, let the role create acode's schema: GRANT CREATE "
+            f"ON DATABASE {database} TO {role}; or create it for the role: CREATE SCHEMA "
+            f"acode_store AUTHORIZATION {role} (docs/fleet.md); nothing was written",
+            code=ErrorCode.STORE_REFUSED,
+        )
     if isinstance(exc, psycopg.OperationalError) and (
         state[:2] in _REFUSED or state == "42501" or any(t in text for t in _REFUSED_TEXT)
     ):

@@ -288,6 +288,13 @@ def test_a_role_that_may_not_create_the_schema_is_refused_as_a_login_not_a_write
     assert f"CREATE SCHEMA acode_store AUTHORIZATION {role}" in error.hint
     assert "acode resume" not in error.hint  # nothing was started that could go on
     assert _sql(pg_server, dbname, "SELECT to_regnamespace('acode_store')") == [(None,)]
+    # The schema made by another role: its tables are not this one's.
+    open_store(pg_server.store_url(dbname)).close()
+    with pytest.raises(StoreUnavailableError) as refused:
+        open_store(pg_server.store_url(dbname, user=role, password=right))
+    assert refused.value.code is ErrorCode.STORE_REFUSED
+    assert "permission denied for schema acode_store" in refused.value.message
+    assert f"make {role} their owner" in (refused.value.hint or "")
 
 
 def test_a_database_that_does_not_exist_is_refused(pg_server: PgServer) -> None:

@@ -186,15 +186,21 @@ def store_error(address: StoreAddress, exc: BaseException) -> StorageError:
 
     text = _clean(address, exc)
     state = getattr(exc, "sqlstate", None) or ""
-    if state == "42501":  # no privilege: on the database, to create acode's schema there
+    if state == "42501":  # no privilege: to create acode's schema, or on its tables
         parts = urlsplit(address.conninfo)
         role = parts.username or "ROLE"
         database = parts.path.lstrip("/") or role  # libpq's default: the role's name
+        fix = (
+            f"as the database's owner, let the role create acode's schema: GRANT CREATE ON "
+            f"DATABASE {database} TO {role}; or create it for the role: CREATE SCHEMA "
+            f"acode_store AUTHORIZATION {role}"
+            if "for database" in text
+            else "use the role that created acode's schema acode_store, which owns its "
+            f"tables, or make {role} their owner"
+        )
         return StoreUnavailableError(
             f"the PostgreSQL store {address.shown} refused acode: {text}",
-            hint=f"as the database's owner, let the role create acode's schema: GRANT CREATE "
-            f"ON DATABASE {database} TO {role}; or create it for the role: CREATE SCHEMA "
-            f"acode_store AUTHORIZATION {role} (docs/fleet.md); nothing was written",
+            hint=f"{fix} (docs/fleet.md); nothing was written",
             code=ErrorCode.STORE_REFUSED,
         )
     if isinstance(exc, psycopg.OperationalError) and (

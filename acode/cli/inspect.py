@@ -46,6 +46,8 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
     with read_store(workspace) as store:
         if store is None:
             raise _no_sessions(workspace)
+        if session_id is None and config.store.url is not None and not store.sessions():
+            raise _none_in_store(workspace, store, config)
         detail = session_detail(store, workspace, session_id, worktree=bool(config.handoff.remote))
         sync = sync_status(store, detail.row, config.sync.remote)
         position = _position(store, detail)
@@ -82,6 +84,30 @@ def _no_sessions(workspace: Path) -> NothingToResumeError:
     )
 
 
+def _none_in_store(workspace: Path, store: EventStore, config: AcodeConfig) -> NothingToResumeError:
+    """For a command that shows the most recent session of a workspace none of whose
+    sessions the PostgreSQL store holds: where it looked, and why another clone's
+    sessions may not be seen."""
+    error = _no_sessions(workspace)
+    return NothingToResumeError(
+        f"no sessions of {_in_store(workspace, store, config)}",
+        hint=f"{error.hint}; {_SHARED_NAME}" if config.store.workspace is None else error.hint,
+    )
+
+
+# Why a clone in another directory sees none of the sessions recorded in this one.
+_SHARED_NAME = (
+    "the sessions of a clone in another directory are seen only under a store.workspace "
+    "name both set in .agent/config.yml (docs/fleet.md)"
+)
+
+
+def _in_store(workspace: Path, store: EventStore, config: AcodeConfig) -> str:
+    from acode.engine.store_choice import workspace_identity
+
+    return f"workspace {workspace_identity(workspace, config.store)} in {store.location}"
+
+
 def _position(store: EventStore, detail: SessionDetail) -> Position | None:
     """The step the session is at, placed in its plan."""
     from acode.resume.listing import session_position
@@ -98,8 +124,14 @@ def session_list(
 
         list_remote(workspace, resumable=resumable, show_all=show_all, as_json=as_json)
         return
+    empty_in = None
     with read_store(workspace) as store:
         rows = store.sessions() if store is not None else []
+        if not rows and store is not None and not as_json:
+            empty_in = _empty_store(workspace, store)
+    if empty_in is not None:
+        out_console().print(empty_in, markup=False)
+        return
     if not show_all:
         rows = [r for r in rows if not r.archived]
     if resumable:
@@ -107,6 +139,23 @@ def session_list(
 
         rows = [r for r in rows if is_resumable_row(r)]
     print_session_list(rows, as_json)
+
+
+def _empty_store(workspace: Path, store: EventStore) -> str | None:
+    """What `session list` says of a workspace none of whose sessions the PostgreSQL
+    store holds; None for its SQLite file."""
+    from acode.engine.config import load_config
+
+    config = load_config(workspace)
+    if config.store.url is None:
+        return None
+    lines = [
+        f"No sessions of {_in_store(workspace, store, config)} yet. "
+        "Start one with: acode run PLAN.yaml"
+    ]
+    if config.store.workspace is None:
+        lines.append(f"{_SHARED_NAME[0].upper()}{_SHARED_NAME[1:]}.")
+    return "\n".join(lines)
 
 
 def session_show(workspace: Path, session_id: str, as_json: bool) -> None:

@@ -237,3 +237,20 @@ def test_doctor_checks_the_hand_off_remote_and_the_shared_name(machines: Machine
     unnamed = _check(m.a, "handoff")
     assert unnamed["status"] == "warn", unnamed
     assert "store.workspace" in unnamed["detail"]
+
+
+def test_a_workspace_without_sessions_in_postgresql_is_told_where_it_looked(
+    acode: Cli, tmp_path: Path
+) -> None:
+    _run(acode, "{id: a, write: a.txt, content: 'a'}")
+    # Another directory on the same database (a clone without store.workspace).
+    other = Cli(tmp_path / "clone", acode.env, Background())
+    other.workspace.mkdir()
+    where = f"workspace {other.workspace.resolve()} in postgresql://acode_pw@"
+    listed = other("session", "list")
+    assert where in listed.flat_out, listed.describe()
+    assert "store.workspace" in listed.flat_out
+    assert other("session", "list", "--json").json() == []
+    status = other("status", expect=14)
+    assert where in status.flat_err, status.describe()
+    assert "store.workspace" in status.flat_err

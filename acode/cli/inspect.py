@@ -46,9 +46,14 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
     with read_store(workspace) as store:
         if store is None:
             raise _no_sessions(workspace)
-        if session_id is None and config.store.url is not None and not store.sessions():
-            raise _none_in_store(workspace, store, config)
-        detail = session_detail(store, workspace, session_id, worktree=bool(config.handoff.remote))
+        try:
+            detail = session_detail(
+                store, workspace, session_id, worktree=bool(config.handoff.remote)
+            )
+        except NothingToResumeError:  # none at all: where it looked, in a shared store
+            if config.store.url is None:
+                raise
+            raise _none_in_store(workspace, store, config) from None
         sync = sync_status(store, detail.row, config.sync.remote)
         position = _position(store, detail)
         handoff = _handoff(detail, workspace, config)

@@ -36,7 +36,12 @@ def acode(
 
     role, password = PASSWORD_ROLE
     with psycopg.connect(pg_server.direct_dsn(dbname), autocommit=True) as conn:
-        conn.execute(f"GRANT CREATE ON DATABASE {dbname} TO {role}")
+        if not pg_server.embedded:  # a given server: the role may have to be made first
+            conn.execute(
+                f"DO $$ BEGIN CREATE ROLE {role} LOGIN PASSWORD '{password}';"
+                " EXCEPTION WHEN duplicate_object THEN NULL; END $$".encode()
+            )
+        conn.execute(f"GRANT CREATE ON DATABASE {dbname} TO {role}".encode())
     url = pg_server.store_url(dbname, user=role, password=password)
     return Cli(workspace, {**cli_env, "ACODE_STORE_URL": url}, background)
 

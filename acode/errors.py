@@ -75,6 +75,7 @@ __all__ = [
     "SessionLockedError",
     "SessionNotFoundError",
     "SessionPrunedError",
+    "SessionTakenOverError",
     "StepFailedError",
     "StorageError",
     "StoreUnavailableError",
@@ -98,6 +99,7 @@ class ErrorCode(StrEnum):
     SESSION_NOT_FOUND = "ACODE-SESSION-001"
     SESSION_AMBIGUOUS = "ACODE-SESSION-002"
     SESSION_PRUNED = "ACODE-SESSION-003"
+    SESSION_TAKEN_OVER = "ACODE-SESSION-004"
     NO_RESUMABLE = "ACODE-RESUME-001"
     TERMINAL_STATE = "ACODE-RESUME-002"
     LOCKED = "ACODE-RESUME-003"
@@ -208,6 +210,17 @@ class TerminalStateError(AcodeError):
 class SessionLockedError(AcodeError):
     code = ErrorCode.LOCKED
     exit_code = 16
+
+
+class SessionTakenOverError(AcodeError):
+    """This process no longer holds the session's lease in the PostgreSQL store: another
+    process took it over (its epoch is newer), or this one could not renew it in time.
+    The store refused the write; the process writes nothing more of the session and
+    stops. Not a StorageError: the session is not paused (it is not this process's to
+    pause)."""
+
+    code = ErrorCode.SESSION_TAKEN_OVER
+    exit_code = 19
 
 
 class EnvironmentValidationError(AcodeError):

@@ -104,8 +104,20 @@ def _pg_step_section(quick: bool, root: Path) -> str:
     return pg_step_section(root, _progress, quick=quick)
 
 
+def _fleet_recovery_section(quick: bool, root: Path) -> str:
+    """Issue 22: from a dead worker's lease lapsing to its session's first new step, run
+    by another worker in a fresh clone."""
+    from bench.fleet_recovery import fleet_recovery_section
+
+    return fleet_recovery_section(root, _progress, quick=quick)
+
+
 # The sections ``--only`` measures alone.
-_ONLY = {"step-kinds": _step_kinds_section, "pg-step": _pg_step_section}
+_ONLY = {
+    "step-kinds": _step_kinds_section,
+    "pg-step": _pg_step_section,
+    "fleet-recovery": _fleet_recovery_section,
+}
 
 
 def _splice(report: str, section: str) -> str:
@@ -205,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_suite(settings, root, _progress)
     peers = run_side_by_side(_side_by_side_settings(args.quick, args.full), root, _progress)
     sync = sync_section(root, _progress)
-    pg_step = _pg_step_section(args.quick, root)
+    pg = [_pg_step_section(args.quick, root), _fleet_recovery_section(args.quick, root)]
     nfr = _nfr_sections(args.quick, root)
     big = _big_repo_section(args.quick, args.full, root)
     kinds = _step_kinds_section(args.quick, root)
@@ -219,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine=machine,
         settings=settings,
     )
-    text = render(run, results, extra=[render_side_by_side(peers), sync, pg_step, *nfr, big, kinds])
+    text = render(run, results, extra=[render_side_by_side(peers), sync, *pg, *nfr, big, kinds])
     old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
     text = _keep_hand_written(text, old)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ from acode.errors import (
     EnvironmentFaultError,
     ModelError,
     PauseRequested,
+    SessionTakenOverError,
     StepFailedError,
     StorageError,
 )
@@ -189,6 +190,12 @@ def _drive(session: Session, body: Callable[[Session], SessionState], as_json: b
             1,
             f"Paused session {short}: {unavailable}\n"
             f"Resume with: acode resume {short} (the unanswered request is sent again)",
+        )
+    except SessionTakenOverError as lost:
+        # The session is another process's now: this one records nothing, not even a
+        # pause (the store would refuse it).
+        return _report(
+            session, as_json, lost.exit_code, f"Stopped session {short} ({lost.code.value}): {lost}"
         )
     except StepFailedError as failure:
         session.fail(failure.message)

@@ -214,6 +214,7 @@ def worker(
         concurrency=concurrency,
         lease_seconds=config.fleet.lease_seconds,
         once=once,
+        store_url=config.store.url,
     )
     raise typer.Exit(Worker(options, _reporter(as_json)).run())
 

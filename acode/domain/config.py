@@ -130,7 +130,9 @@ class FleetSettings:
     ``url`` falls back to ``store.url``, then to ``sync.remote``."""
 
     url: str | None = None
-    lease_seconds: float = 30.0  # a worker that stops renewing loses its items after this
+    # A worker that stops renewing loses its items after this; a session on store.url,
+    # its lease (acode.engine.leases).
+    lease_seconds: float = 30.0
 
 
 @dataclass(frozen=True)

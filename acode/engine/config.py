@@ -14,6 +14,11 @@ Environment variables (an empty value counts as unset):
 ``ACODE_STORE_URL``
     replaces ``store.url``: the PostgreSQL database that stores the sessions (its password
     too is better kept out of a file).
+``ACODE_STORE_WORKSPACE``
+    replaces ``store.workspace``: the workspace's name in that database.
+``ACODE_HANDOFF_REMOTE``
+    replaces ``handoff.remote``: the git remote a session's work tree is pushed to. A fleet
+    worker sets both for its sessions, whose clones' files are the repository's.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ ENV_OVERRIDES: Mapping[str, tuple[str, str]] = {
     "ACODE_SYNC_DSN": ("sync", "remote"),
     "ACODE_FLEET_URL": ("fleet", "url"),
     "ACODE_STORE_URL": ("store", "url"),
+    "ACODE_STORE_WORKSPACE": ("store", "workspace"),
+    "ACODE_HANDOFF_REMOTE": ("handoff", "remote"),
+    "ACODE_FLEET_LEASE_SECONDS": ("fleet", "lease_seconds"),
 }
 
 # Every key with its default, so that a person sees what can be changed. A test keeps it
@@ -101,7 +109,8 @@ fleet:                                  # `acode queue` and `acode worker` (docs
   url: null                             # PostgreSQL URL of the queue; null = store.url,
                                         # else sync.remote
                                         # (env ACODE_FLEET_URL overrides)
-  lease_seconds: 30                     # a worker that stops renewing loses its items after this
+  lease_seconds: 30                     # a worker that stops renewing loses its items after this,
+                                        # and a session on store.url its lease
 
 store:
   url: null                             # postgresql://USER@HOST:PORT/DATABASE keeps the
@@ -243,16 +252,29 @@ def _refuse_duplicate_keys(root: Any, source: str) -> None:
 
 def _apply_environment(cfg: AcodeConfig, environ: Mapping[str, str]) -> AcodeConfig:
     for variable, (section, key) in ENV_OVERRIDES.items():
-        value = environ.get(variable, "")
-        if not value:
+        text = environ.get(variable, "")
+        if not text:
             continue
         try:  # the same rules as the file, with an error that names the variable
+            value = _as_default_type(getattr(getattr(cfg, section), key), text)
             cfg = override(cfg, section, key, value, f"${variable}")
         except ConfigError as exc:
             raise ConfigError(
                 exc.message, hint=f"correct or unset the environment variable {variable}"
             ) from exc
     return cfg
+
+
+def _as_default_type(default: object, text: str) -> object:
+    """A variable's text as the number the file would hold where the key is a number
+    (``ACODE_FLEET_LEASE_SECONDS=3``); text that is no number stays text, for the key's
+    own error."""
+    if isinstance(default, bool) or not isinstance(default, int | float):
+        return text
+    try:
+        return float(text) if isinstance(default, float) or "." in text else int(text)
+    except ValueError:
+        return text
 
 
 # Settings `acode settings` may change: top-level scalars, one line each in the file.

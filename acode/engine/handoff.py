@@ -37,6 +37,8 @@ from acode.system.log import log_event
 from acode.system.workspace import StatePaths
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from acode.engine.journal import Journal
     from acode.engine.steps.base import StepContext
     from acode.store.records import SessionRow
@@ -74,6 +76,9 @@ class Handoff:
         self._ref = handoff_ref(session_id)
         self._last: Recorded | None = None
         self._pusher: HandoffPusher | None = None
+        # Asked before each push: False once the session's lease is another process's
+        # (PostgreSQL store), which then pushes the session's ref alone.
+        self.may_push: Callable[[], bool] | None = None
 
     def start(self, journal: Journal, *, resumed: bool) -> None:
         """Before the session's first step: a resumed session's ref is brought in line
@@ -84,7 +89,10 @@ class Handoff:
             from acode.system.handoff_worker import HandoffPusher
 
             self._pusher = HandoffPusher(
-                workspace=self._workspace, remote=self._remote, report=self._log_push
+                workspace=self._workspace,
+                remote=self._remote,
+                report=self._log_push,
+                may_push=self.may_push,
             )
             self._pusher.start()
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from acode.domain.plan import Plan
     from acode.engine.handoff import Handoff
     from acode.engine.interrupts import Interrupts
+    from acode.engine.leases import StoreLease
     from acode.engine.observer import Approver, Observer
     from acode.engine.session import Session
     from acode.system.locks import SessionLock
@@ -58,6 +59,7 @@ __all__ = [
     "start_session",
     "store_identity",
     "take_lock",
+    "take_lock_and_lease",
 ]
 
 
@@ -163,6 +165,31 @@ def take_lock(
     )
 
 
+def take_lock_and_lease(
+    ws: Workspace,
+    store: EventStore,
+    session_id: str,
+    clock: Clock,
+    cleanup: ExitStack,
+    *,
+    label: str | None = None,
+) -> tuple[SessionLock, StoreLease | None]:
+    """The session's lock file and, with a PostgreSQL store, its lease there (SQLite's
+    store is one machine's: the lock file is its lease); both released by ``cleanup``
+    unless the caller takes them over. SessionLockedError (exit 16) when another process
+    holds either."""
+    from acode.engine.leases import hold_session
+
+    lock = take_lock(ws, session_id, clock, label=label)
+    cleanup.callback(lock.release)
+    lease = hold_session(
+        store, ws.paths, session_id, label or session_id[:8], ws.config.fleet.lease_seconds
+    )
+    if lease is not None:
+        cleanup.callback(lease.release)
+    return lock, lease
+
+
 def open_session(
     title: str,
     workspace: Path | str = ".",
@@ -223,8 +250,7 @@ def start_session(
     with ExitStack() as cleanup:
         store = open_workspace_store(ws)
         cleanup.callback(store.close)
-        lock = take_lock(ws, session_id, clock)
-        cleanup.callback(lock.release)
+        lock, lease = take_lock_and_lease(ws, store, session_id, clock, cleanup)
         _tidy_staging(ws.paths, store)
         journal = new_session_journal(
             store,
@@ -249,12 +275,13 @@ def start_session(
             clock=clock,
             signer=signer,
         )
-        cleanup.pop_all()  # the Session owns the store and the lock from here on
+        cleanup.pop_all()  # the Session owns the store, the lock and the lease from here on
     return Session(
         journal=journal,
         workspace=ws.root,
         config=ws.config,
         lock=lock,
+        lease=lease,
         signer=signer,
         observer=observer,
         approver=approver,

@@ -36,6 +36,7 @@ from acode.system.workspace import StatePaths
 if TYPE_CHECKING:
     from acode.domain.marks import Mark
     from acode.engine.handoff import Handoff
+    from acode.engine.leases import StoreLease
     from acode.engine.sync_link import SyncLink
     from acode.system.process import CommandResult
 
@@ -53,6 +54,7 @@ class Session:
         config: AcodeConfig,
         lock: SessionLock,
         signer: Signer,
+        lease: StoreLease | None = None,
         observer: Observer | None = None,
         approver: Approver | None = None,
         interrupts: Interrupts | None = None,
@@ -63,11 +65,14 @@ class Session:
         fresh_after_ns: int | None = None,
     ) -> None:
         """``handoff``: records and pushes the work tree (acode.engine.handoff); it is
-        started here, after a resume wrote its ``session_resumed`` event."""
+        started here, after a resume wrote its ``session_resumed`` event. ``lease``:
+        the session's lease in a PostgreSQL store (acode.engine.leases), given back at
+        ``close`` with the lock."""
         self._journal = journal
         self.workspace = workspace
         self.config = config
         self._lock = lock
+        self._lease = lease
         self._signer = signer
         self._closed = False
         self._progress = ProgressFile(StatePaths(workspace))
@@ -91,6 +96,8 @@ class Session:
             sync.start(journal, observer)
         self._handoff = handoff
         if handoff is not None:
+            if lease is not None:
+                handoff.may_push = lease.still_ours
             summary = journal.summary
             handoff.start(journal, resumed=summary is not None and summary.resumes > 0)
             self._steps.handoff = handoff
@@ -377,8 +384,12 @@ class Session:
                 if self._handoff is not None:
                     self._handoff.close()  # the last push of the ref, within a grace period
             finally:
-                self._lock.release()
-                self._journal.store.close()
+                try:
+                    if self._lease is not None:
+                        self._lease.release()
+                finally:
+                    self._lock.release()
+                    self._journal.store.close()
 
     def __enter__(self) -> Session:
         return self

@@ -11,11 +11,10 @@ optional ``on_sync(notice)``.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acode.errors import SessionLockedError
+from acode.engine.leases import held_elsewhere, this_process
 from acode.system.log import log_event
 from acode.system.workspace import StatePaths
 
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
     from acode.store.base import EventStore
     from acode.store.records import SessionRow
     from acode.sync.notices import SyncNotice
-    from acode.sync.remote import Lease, LeaseHolder
     from acode.sync.status import SyncStatus
     from acode.sync.worker import SyncWorker
 
@@ -64,40 +62,12 @@ def log_sync_notice(paths: StatePaths, notice: SyncNotice) -> None:
     log_event(paths, f"sync_{notice.kind.value}", **{k: v for k, v in fields.items() if v})
 
 
-def _this_process() -> Lease:
-    """This process as a lease holder, with what tells it from any other process."""
-    from acode.sync.remote import Lease
-    from acode.system.process_table import process_table_id, start_mark
-
-    return Lease.for_this_process(process_table_id(), start_mark(os.getpid()), start_mark)
-
-
-def _held_elsewhere(lease: Lease, holder: LeaseHolder, short_id: str) -> SessionLockedError:
-    """The refusal of a resume whose session's lease another process holds: one of this
-    machine that runs (stop it, or wait), or one of another machine, or one this process
-    cannot tell runs (wait, maybe for the lapse)."""
-    expires = holder.expires.strftime("%Y-%m-%dT%H:%M:%SZ")
-    named = f"the remote names {holder.describe()} as its holder (lease until {expires})"
-    if lease.runs_here(holder):
-        return SessionLockedError(
-            f"session {short_id} is running in another process of this machine: {named}",
-            hint=f"wait for that run to end, or stop it (kill {holder.pid}); then run "
-            f"`acode resume {short_id}` again",
-        )
-    where = "on another machine" if lease.here(holder) is False else "elsewhere"
-    return SessionLockedError(
-        f"session {short_id} is running {where}: {named}",
-        hint="wait for that run to end; if it was killed, its lease lapses 30 s after "
-        "its last renewal and `acode resume` then works",
-    )
-
-
 class SyncLink:
     def __init__(self, paths: StatePaths, dsn: str, session_id: str) -> None:
         self._paths = paths
         self._dsn = dsn
         self._session_id = session_id
-        self._lease = _this_process()
+        self._lease = this_process()
         self._failures = 0
         self._observer: Observer | None = None
         self._held: list[SyncNotice] = []  # reported before there was an observer
@@ -108,11 +78,12 @@ class SyncLink:
         its lease; SessionLockedError (exit 16) when another process holds it. Returns
         the newest event the remote holds of the session (None: it could not be asked)."""
         from acode.sync.notices import NoticeKind, SyncNotice
+        from acode.sync.remote import LEASE_SECONDS
         from acode.sync.service import claim_session
 
         claim = claim_session(database, self._dsn, self._session_id, self._lease)
         if claim.holder is not None:
-            raise _held_elsewhere(self._lease, claim.holder, short_id)
+            raise held_elsewhere(self._lease, claim.holder, short_id, "the remote", LEASE_SECONDS)
         if claim.replaced is not None:
             self._notify(
                 SyncNotice(

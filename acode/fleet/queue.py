@@ -214,6 +214,18 @@ class Queue:
         )
         return int(rows[0][0])
 
+    def soonest_lapse(self, queue: str) -> float | None:
+        """Seconds until the soonest lease of a running item of ``queue`` lapses, by the
+        database's clock (negative: lapsed already); None when nothing runs."""
+        rows = self._call(
+            lambda c: c.execute(
+                "SELECT extract(epoch FROM min(lease_expires) - now())::float8"
+                " FROM acode_fleet.queue_items WHERE queue = %s AND state = 'running'",
+                (queue,),
+            ).fetchall()
+        )
+        return None if rows[0][0] is None else float(rows[0][0])
+
     # -- workers --------------------------------------------------------------------
 
     def register(self, worker: str, queue: str, concurrency: int) -> None:

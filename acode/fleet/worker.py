@@ -31,9 +31,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from acode.errors import FleetError, TerminalStateError
+from acode.errors import (
+    EnvironmentValidationError,
+    FleetError,
+    SessionLockedError,
+    TerminalStateError,
+)
 from acode.fleet.queue import LeaseLost, Queue, QueueItem
-from acode.fleet.reclaim import Action, decide_claim
+from acode.fleet.reclaim import Action, Decision, decide_claim, out_of_reach, store_workspace
 from acode.fleet.repo import clone, mask_url, push_result
 
 __all__ = ["Report", "Worker", "WorkerOptions"]
@@ -44,6 +49,14 @@ _OUTSIDE_KINDS = frozenset({"run", "python"})
 # No one to ask: an approval stops the session; `--` before the plan or task, which may
 # start with "-".
 _CHILD_FLAGS = ("--json", "--mode", "autopilot", "--")
+# A resume refused because the session is held (exit 16) is tried again after this many
+# seconds, doubled each time up to the second figure, while the item's lease is ours.
+_LOCKED_RETRY = (0.25, 2.0)
+# A resume that cannot bring the session's work tree into a fresh clone, or check it.
+_REFUSED_HERE = EnvironmentValidationError.exit_code
+# An idle slot wakes this long after the soonest lease of a running item lapses, to claim
+# it then rather than at its next poll.
+_AFTER_LAPSE = 0.05
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,10 @@ class WorkerOptions:
     concurrency: int = 1
     lease_seconds: float = 30.0
     once: bool = False  # exit once the queue has nothing queued or running
+    # The sessions' PostgreSQL store (``store.url``), which every worker shares: a session
+    # a dead worker left on another machine is resumed in a fresh clone here. None: each
+    # clone's SQLite file.
+    store_url: str | None = None
 
 
 @dataclass
@@ -184,11 +201,21 @@ class Worker:
                     self._report({"event": "queue_unreachable", "reason": exc.message})
                     item = None
                 if item is None:
-                    self._stopping.wait(poll)
+                    self._stopping.wait(self._idle_wait(queue, poll))
                     continue
                 self._work(queue, item)
         finally:
             queue.close()
+
+    def _idle_wait(self, queue: Queue, poll: float) -> float:
+        """How long an idle slot waits: until its next poll, or until just after the
+        soonest lease of a running item lapses (a dead worker's item is taken then, not up
+        to a poll later)."""
+        try:
+            lapse = queue.soonest_lapse(self.options.queue)
+        except FleetError:
+            return poll
+        return poll if lapse is None else min(poll, max(lapse, 0.0) + _AFTER_LAPSE)
 
     def _work(self, queue: Queue, item: QueueItem) -> None:
         held = _Held(item, time.monotonic() + self.options.lease_seconds * 0.9)
@@ -215,7 +242,7 @@ class Worker:
 
     def _run_item(self, queue: Queue, held: _Held) -> None:
         item = held.item
-        decision = decide_claim(item, self.host)
+        decision = decide_claim(item, self.host, shared_store=self.options.store_url is not None)
         self._report(
             {
                 "event": "claimed",
@@ -226,6 +253,10 @@ class Worker:
                 "repo": mask_url(item.repo_url),
             }
         )
+        self._go_on(queue, held, decision)
+
+    def _go_on(self, queue: Queue, held: _Held, decision: Decision) -> None:
+        item = held.item
         if decision.action is Action.FAIL:
             self._finish(queue, held, None, decision.reason)
             return
@@ -248,17 +279,23 @@ class Worker:
             resumed = decision.action is Action.RESUME
             argv = ["resume" if resumed else "run", str(workspace)]
             argv.append(str(item.session_id) if resumed else target)
-        code, final = self._run_child(queue, held, argv, workspace)
+        code, final = self._run_session(queue, held, argv, workspace)
         if held.lost.is_set():
             raise LeaseLost(f"queue item {item.id}")
+        if argv[0] == "resume" and decision.workspace is None and code == _REFUSED_HERE:
+            # Its work tree cannot be brought into the fresh clone (its machine was lost
+            # before it pushed it, or no step had changed a file yet): out of reach.
+            why = f"cannot be resumed here: {self._log_tail(workspace.parent)}"
+            self._go_on(queue, held, out_of_reach(item, why))
+            return
         if argv[0] == "resume" and code == TerminalStateError.exit_code:
             # It ended before: its worker died between the end and the push.
-            final = {"id": item.session_id, **self._ended(workspace, str(item.session_id))}
+            final = {"id": item.session_id, **self._ended(item, workspace)}
             code = 0 if final.get("state") == "COMPLETED" else 1
         session_id = final.get("id") or item.session_id
-        # Paused (130), or ended by the SIGTERM before it could pause (it had just
-        # started): either way resumable, as after a crash.
-        if self._stopping.is_set() and (code == 130 or code < 0):
+        # Paused (130), ended by the SIGTERM before it could pause (it had just started),
+        # or still held by another process: either way resumable, as after a crash.
+        if self._stopping.is_set() and (code in (130, SessionLockedError.exit_code) or code < 0):
             self._write(held, lambda: queue.release(item))
             self._report({"event": "released", "item": item.id, "session": session_id})
             return
@@ -275,6 +312,36 @@ class Worker:
             return
         self._finish(queue, held, branch, None)
         shutil.rmtree(workspace.parent, ignore_errors=True)
+
+    def _run_session(
+        self, queue: Queue, held: _Held, argv: list[str], workspace: Path
+    ) -> tuple[int, dict[str, Any]]:
+        """:meth:`_run_child`, run again while a resume is refused because another process
+        holds the session (exit 16: its process still running, or, in a shared store, the
+        lease of a holder on another machine that has not lapsed yet): not yet, rather than
+        a failure. Each try is a fresh process, after a short back-off, while the item's
+        lease is this worker's; the first refusal, and each new reason, is reported."""
+        delay, most = _LOCKED_RETRY
+        told = ""
+        while True:
+            code, final = self._run_child(queue, held, argv, workspace)
+            locked = argv[0] == "resume" and code == SessionLockedError.exit_code
+            if not locked or held.lost.is_set() or self._stopping.is_set():
+                return code, final
+            reason = self._log_tail(workspace.parent)
+            if reason != told:
+                told = reason
+                self._report(
+                    {
+                        "event": "waiting",
+                        "item": held.item.id,
+                        "session": held.item.session_id,
+                        "reason": reason,
+                    }
+                )
+            # Woken early by a lost lease; a stop is seen by the next try's start.
+            held.lost.wait(delay)
+            delay = min(delay * 2, most)
 
     def _prepare(self, item: QueueItem, scratch: Path) -> str:
         """A fresh clone in ``scratch``/repo; the plan beside it (not in the work tree,
@@ -317,7 +384,7 @@ class Worker:
                 cwd=workspace,
                 # acode itself, which signs its session with the key; the queue's URL
                 # is the worker's business, not the session's.
-                env={**_without(os.environ, "ACODE_FLEET_URL"), "GIT_TERMINAL_PROMPT": "0"},
+                env=self._child_env(held.item),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -359,13 +426,29 @@ class Worker:
             if held.proc is not None and held.proc.poll() is None:
                 held.proc.wait()
 
-    @staticmethod
-    def _ended(workspace: Path, session_id: str) -> dict[str, Any]:
-        """`acode status --json` of a session that ended: its state, and why."""
+    def _child_env(self, item: QueueItem) -> dict[str, str]:
+        """The environment of the item's `acode` processes: the worker's, which holds the
+        checkpoint key they sign with, without the queue's URL (the worker's business, not
+        the session's). With a shared store: its URL (from the worker's own settings), the
+        item's name in it, the hand-off to the clone's ``origin``, the item's repository
+        (the one remote every worker reaches, as it clones from it and pushes the result
+        there), and the worker's lease length, which the session's own lease in the store
+        takes: the two lapse together when a machine is lost."""
+        env = {**_without(os.environ, "ACODE_FLEET_URL"), "GIT_TERMINAL_PROMPT": "0"}
+        if self.options.store_url is not None:
+            env["ACODE_STORE_URL"] = self.options.store_url
+            env["ACODE_STORE_WORKSPACE"] = store_workspace(item)
+            env["ACODE_HANDOFF_REMOTE"] = "origin"
+            env["ACODE_FLEET_LEASE_SECONDS"] = str(self.options.lease_seconds)
+        return env
+
+    def _ended(self, item: QueueItem, workspace: Path) -> dict[str, Any]:
+        """`acode status --json` of the item's session, which ended: its state, and why."""
+        session_id = str(item.session_id)
         status = ["status", "-w", str(workspace), "--json", "--", session_id]
         shown = subprocess.run(
             [sys.executable, "-m", "acode", *status],
-            env=_without(os.environ, "ACODE_FLEET_URL"),
+            env=self._child_env(item),
             capture_output=True,
             text=True,
             check=False,

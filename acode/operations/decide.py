@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import getpass
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,7 +23,7 @@ from acode.engine.approval_view import GatedView, approval_subject, view_of
 from acode.engine.approvals import decision_payload, subject_hash
 from acode.engine.catalog import find_session, recorded_plan
 from acode.engine.journal import Journal
-from acode.engine.lifecycle import existing_workspace, open_workspace_store, take_lock
+from acode.engine.lifecycle import existing_workspace, open_workspace_store, take_lock_and_lease
 from acode.errors import (
     AmbiguousSessionError,
     ApprovalChangedError,
@@ -134,7 +134,10 @@ def _waiting(
     store = open_workspace_store(ws)
     try:
         row = _only_waiting(store) if id_or_prefix is None else find_session(store, id_or_prefix)
-        with take_lock(ws, row.id, clock, label=row.short_id):
+        with ExitStack() as held:
+            # The lease too: on a shared store the session may wait at a terminal of
+            # another machine, whose lock file this one cannot see.
+            take_lock_and_lease(ws, store, row.id, clock, held, label=row.short_id)
             row = store.session(row.id)
             journal = Journal.load(store, row, clock, signer)
             row = journal.row

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import getpass
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -14,7 +14,12 @@ from acode.domain.marks import Mark, check_label
 from acode.domain.states import SessionState, is_terminal
 from acode.engine.catalog import find_session
 from acode.engine.journal import Journal
-from acode.engine.lifecycle import Workspace, existing_workspace, open_workspace_store, take_lock
+from acode.engine.lifecycle import (
+    Workspace,
+    existing_workspace,
+    open_workspace_store,
+    take_lock_and_lease,
+)
 from acode.engine.marks import record_mark
 from acode.errors import NothingToResumeError, SessionLockedError, UsageError
 from acode.operations.inspection import read_store
@@ -60,14 +65,16 @@ def unlock_session(workspace: Path, id_or_prefix: str, *, force: bool) -> LockOw
 
 @contextmanager
 def locked_session(workspace: Path, id_or_prefix: str) -> Iterator[_Locked]:
-    """A session no process runs, its lock held for one change by the caller: its
+    """A session no process runs, its lock (and lease) held for one change by the caller: its
     workspace, its store and its row as it is under the lock."""
     clock = SystemClock()
     ws = existing_workspace(workspace)
     store = open_workspace_store(ws)
     try:
         row = find_session(store, id_or_prefix)
-        with take_lock(ws, row.id, clock, label=row.short_id):
+        with ExitStack() as held:
+            # The lease too: on a shared store another machine may run the session.
+            take_lock_and_lease(ws, store, row.id, clock, held, label=row.short_id)
             yield _Locked(workspace=ws, store=store, row=store.session(row.id), clock=clock)
     finally:
         store.close()

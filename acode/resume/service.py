@@ -40,7 +40,7 @@ from acode.engine.lifecycle import (
     open_handoff,
     open_workspace_store,
     session_config,
-    take_lock,
+    take_lock_and_lease,
 )
 from acode.engine.progress_file import progress_path, recorded_checkpoint
 from acode.engine.sync_link import open_sync_link, sync_status
@@ -825,9 +825,10 @@ def _resume(
         cleanup.callback(store.close)
         row = select_for_resume(store, id_or_prefix)
         held_by_us = _held_by_us(ws, row.id)
-        lock = take_lock(ws, row.id, clock, label=row.short_id)
+        # Before anything of the session is read: once the lease is ours (a PostgreSQL
+        # store), whatever its last holder wrote is in the store, and it writes no more.
+        lock, lease = take_lock_and_lease(ws, store, row.id, clock, cleanup, label=row.short_id)
         locked = time.time_ns()
-        cleanup.callback(lock.release)
         row = store.session(row.id)  # it may have moved on while we took the lock
         # With the lock free, whoever ran the session is gone: the commands it left
         # running are stopped before they can change anything more, and what it staged
@@ -899,12 +900,13 @@ def _resume(
         # Every check is done: only now is anything written.
         journal.write(_resume_entries(preview))
         log_event(ws.paths, **_log_fields(preview))
-        cleanup.pop_all()  # the Session owns the store and the lock from here on
+        cleanup.pop_all()  # the Session owns the store, the lock and the lease from here on
     return Session(
         journal=journal,
         workspace=ws.root,
         config=config,
         lock=lock,
+        lease=lease,
         signer=signer,
         observer=observer,
         approver=approver,

@@ -8,19 +8,18 @@ can act on ("Connection refused (db.example.com:5432)"), never with a password.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from acode.domain.events import Event, canonical_json
 from acode.errors import RemoteUnavailable
 from acode.security.redaction import redact, redact_json
+from acode.store.leases import Lease, LeaseHolder, LeaseOutcome, take
 from acode.store.records import CheckpointRow, SessionRow
 from acode.sync.dsn import describe_remote
 
@@ -61,9 +60,8 @@ INSERT_CHECKPOINT = (
     "INSERT INTO acode.checkpoints (session_id, id, seq, summary, head, signature, created_at)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (session_id, id) DO NOTHING"
 )
-# Free, ours, lapsed, or (``gone``, ``gone_epoch``: the exact holder read) held by a
-# process of this machine that has ended. A condition on the values read, so that of two
-# processes that both saw the holder gone, one takes the lease and the other matches nothing.
+# Free, ours, lapsed, or held by a process of this machine that has ended (acode.store.
+# leases.take).
 TAKE_LEASE = (
     "UPDATE acode.sessions SET lease_holder = %(token)s, lease_host = %(host)s,"
     " lease_pid = %(pid)s, lease_machine = %(machine)s, lease_started = %(started)s,"
@@ -93,76 +91,6 @@ SELECT_SESSIONS = (
 
 
 @dataclass(frozen=True)
-class Lease:
-    """Who this process is, as a lease holder on the remote.
-
-    ``machine`` and ``started`` are what the process table says of this process
-    (``acode.system.process_table``, which this layer does not import: the caller gives
-    them, and ``start_of``, which tells when the process of a pid here started). With
-    them, a holder of this machine that has ended is told from one that runs."""
-
-    token: str
-    host: str
-    pid: int
-    machine: str | None = None
-    started: int | None = None
-    start_of: Callable[[int], int | None] | None = field(default=None, compare=False, repr=False)
-
-    @classmethod
-    def for_this_process(
-        cls,
-        machine: str | None = None,
-        started: int | None = None,
-        start_of: Callable[[int], int | None] | None = None,
-    ) -> Lease:
-        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid(), machine, started, start_of)
-
-    def here(self, holder: LeaseHolder) -> bool | None:
-        """Whether ``holder`` is a process of this machine; None when either did not say."""
-        if self.machine is None or holder.machine is None:
-            return None
-        return holder.machine == self.machine
-
-    def runs_here(self, holder: LeaseHolder) -> bool | None:
-        """Whether ``holder`` is a process of this machine that runs (False: one that no
-        longer does: its pid is free, or was given to another process since, which
-        started at another time); None when it is not known to be of this machine or
-        this process cannot tell."""
-        if self.here(holder) is not True or holder.started is None or self.start_of is None:
-            return None
-        return self.start_of(holder.pid) == holder.started
-
-    def outlived(self, holder: LeaseHolder) -> bool:
-        """Whether ``holder`` is a process of this machine that no longer runs."""
-        return self.runs_here(holder) is False
-
-
-@dataclass(frozen=True)
-class LeaseHolder:
-    """A lease as the remote records it."""
-
-    host: str
-    pid: int
-    since: datetime
-    expires: datetime
-    machine: str | None = None  # which processes ``pid`` is among (None: not said)
-    started: int | None = None  # when the holder started, in its machine's terms
-    epoch: int = 0  # how many holders the lease has had
-
-    def describe(self) -> str:
-        return f"pid {self.pid} on host {self.host} since {_iso(self.since)}"
-
-
-@dataclass(frozen=True)
-class LeaseOutcome:
-    """What asking for the lease came to."""
-
-    holder: LeaseHolder | None = None  # another process holds it: not ours
-    epoch: int = 0  # ours: its epoch (0: it lapsed as we looked; ours at the next renewal)
-    replaced: LeaseHolder | None = None  # ours, taken at once from a holder here that ended
-
-
-@dataclass(frozen=True)
 class RemoteSession:
     id: str
     title: str
@@ -173,10 +101,6 @@ class RemoteSession:
     updated_at: int
     last_seq: int
     holder: LeaseHolder | None  # None: nobody holds an unexpired lease
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _moment(us: int) -> datetime:
@@ -381,21 +305,15 @@ class Remote:
             "started": lease.started,
             "seconds": LEASE_SECONDS,
             "id": session_id,
-            "gone": None,
-            "gone_epoch": None,
         }
-        taken = cur.execute(TAKE_LEASE, params).fetchone()
-        if taken is not None:
-            return LeaseOutcome(epoch=int(taken[0]))
-        token, holder = _read_lease(cur, session_id)
-        if holder is None or not lease.outlived(holder):
-            return LeaseOutcome(holder=holder)  # None: it lapsed as we looked
-        taken = cur.execute(
-            TAKE_LEASE, {**params, "gone": token, "gone_epoch": holder.epoch}
-        ).fetchone()
-        if taken is not None:
-            return LeaseOutcome(epoch=int(taken[0]), replaced=holder)
-        return LeaseOutcome(holder=_read_lease(cur, session_id)[1])  # another took it first
+
+        def attempt(gone: str | None, gone_epoch: int | None) -> int | None:
+            taken = cur.execute(
+                TAKE_LEASE, {**params, "gone": gone, "gone_epoch": gone_epoch}
+            ).fetchone()
+            return None if taken is None else int(taken[0])
+
+        return take(lease, attempt, lambda: _read_lease(cur, session_id))
 
     def newest_seq(self, session_id: str) -> int:
         """The newest event of the session the remote holds (0: none)."""

@@ -37,7 +37,10 @@ class HandoffPusher:
         backoff: Backoff | None = None,
         timeout: float = PUSH_TIMEOUT_SECONDS,
         min_interval: float = MIN_INTERVAL_SECONDS,
+        may_push: Callable[[], bool] | None = None,
     ) -> None:
+        """``may_push``: asked before each push; False pushes nothing (the session's
+        lease is another process's now) and ends the pushing."""
         self.wake = threading.Event()
         self._workspace = workspace
         self._paths = StatePaths(workspace)
@@ -46,6 +49,7 @@ class HandoffPusher:
         self._backoff = backoff or Backoff()
         self._timeout = timeout
         self._min_interval = min_interval
+        self._may_push = may_push
         self._last_attempt = float("-inf")
         self._retry_at = 0.0
         self._final_timeout = timeout
@@ -87,6 +91,9 @@ class HandoffPusher:
 
     def _attempt(self, timeout: float) -> None:
         self._last_attempt = time.monotonic()
+        if self._may_push is not None and not self._may_push():
+            self._closing.set()
+            return
         try:
             pending = refs_to_push(self._workspace, self._paths)
             pushed = push_refs(

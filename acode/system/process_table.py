@@ -31,6 +31,7 @@ __all__ = [
     "group_running",
     "holders",
     "kill",
+    "kill_descendants",
     "kill_tree",
     "own_file_paths",
     "process_start_ns",
@@ -108,6 +109,26 @@ def kill_tree(leader: int) -> None:
         descendants = []
     with contextlib.suppress(ProcessLookupError):
         os.killpg(leader, signal.SIGKILL)
+    kill(descendants)
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process this one started and theirs (the commands of its steps),
+    those in process groups of their own with their groups; never this process."""
+    import psutil
+
+    try:
+        me = psutil.Process()
+        children = me.children()
+        descendants = me.children(recursive=True)
+    except psutil.Error:
+        return
+    own = os.getpgrp()
+    for child in children:
+        with contextlib.suppress(OSError):
+            group = os.getpgid(child.pid)
+            if group != own:
+                os.killpg(group, signal.SIGKILL)
     kill(descendants)
 
 

@@ -15,7 +15,7 @@ from tests.cli.conftest import Background, Cli, Result, make_env
 __all__: list[str] = []
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
-EXIT_CODES = (0, 1, 2, 14, 15, 16, 17, 20, 130)
+EXIT_CODES = (0, 1, 2, 14, 15, 16, 17, 19, 20, 130)
 # Groups that are a command too, run without a subcommand (`acode worker`, and
 # `acode worker status`): documented and held to their options as commands are.
 RUNNABLE_GROUPS = ("worker",)

@@ -164,7 +164,7 @@ def test_doctor_checks_the_postgresql_store_without_changing_it(
     acode("run", "plan.yml")
     after = database()
     assert after["status"] == "ok", after
-    assert "schema version 2, 1 session of this workspace" in after["detail"]
+    assert "schema version 3, 1 session of this workspace" in after["detail"]
 
 
 def _run(acode: Cli, title: str, step: str, expect: int = 0) -> str:

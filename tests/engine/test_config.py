@@ -93,6 +93,23 @@ def test_an_empty_variable_counts_as_unset(tmp_path: Path) -> None:
     assert load_config(tmp_path, environ={"ACODE_MODEL_NAME": ""}) == AcodeConfig()
 
 
+@pytest.mark.parametrize(("text", "seconds"), [("3", 3.0), ("2.5", 2.5), (" 4", 4.0)])
+def test_a_number_setting_is_read_from_its_variable_as_a_number(
+    tmp_path: Path, text: str, seconds: float
+) -> None:
+    environ = {"ACODE_FLEET_LEASE_SECONDS": text}
+    assert load_config(tmp_path, environ=environ).fleet.lease_seconds == seconds
+
+
+@pytest.mark.parametrize("text", ["abc", "nan", "inf", "0", "1e9", "3s"])
+def test_a_number_variable_out_of_range_or_not_a_number_is_refused(
+    tmp_path: Path, text: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, environ={"ACODE_FLEET_LEASE_SECONDS": text})
+    assert info.value.message.startswith("$ACODE_FLEET_LEASE_SECONDS: fleet.lease_seconds:")
+
+
 def test_an_invalid_override_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(tmp_path, environ={"ACODE_MODEL_BASE_URL": "localhost:11434"})

@@ -67,7 +67,16 @@ def test_a_session_out_of_reach_starts_over_only_without_outside_effects(
     assert restart.action is Action.RESTART
     assert fail.action is Action.FAIL
     assert "shared session store" in fail.reason
-    assert decide_claim(loud, "h", shared_store=True).action is Action.RESUME
+    shared = decide_claim(loud, "h", shared_store=True)
+    assert (shared.action, shared.workspace) == (Action.RESUME, None)  # in a fresh clone
+
+
+def test_with_a_shared_store_a_workspace_here_is_still_resumed_in_place(tmp_path: Path) -> None:
+    item = _item(session_id=SID, session_host="h", session_workspace=str(tmp_path))
+
+    decision = decide_claim(item, "h", shared_store=True)
+
+    assert (decision.action, decision.workspace) == (Action.RESUME, tmp_path)
 
 
 @pytest.mark.parametrize(

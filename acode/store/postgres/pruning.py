@@ -74,6 +74,8 @@ _DELETES = (
     "DELETE FROM acode_store.sync_state WHERE sid = %s",
     "DELETE FROM acode_store.sessions WHERE sid = %s",
 )
+# Keyed by the session's id: its lease (sql/0003_leases.sql), given back when it ended.
+DELETE_LEASE = "DELETE FROM acode_store.session_leases WHERE session_id = %s"
 DELETE_BLOBS = "DELETE FROM acode_store.blobs WHERE sha256 = ANY(%s)"
 INSERT_PRUNED = (
     "INSERT INTO acode_store.pruned_sessions (id, state, pruned_at, last_seq, last_hash,"
@@ -139,6 +141,7 @@ def prune_sessions(
         conn.execute(LET_PRUNE, (str(sid),))
         for sql in _DELETES:
             conn.execute(sql, (sid,))
+        conn.execute(DELETE_LEASE, (row.id,))
         conn.execute(INSERT_PRUNED, (*record, workspace))
         records.append(record)
     conn.execute(LET_PRUNE, ("",))

@@ -55,6 +55,15 @@ INSERT_EVENT = (
     "INSERT INTO acode_store.events (sid, seq, event_id, ts, type, payload, hash, checkpoint,"
     " signature) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
+# The same row, written only while the epoch given (the first two parameters: the
+# session's id and the epoch its process holds) is the session's lease's: no row
+# otherwise. FOR SHARE: a take-over of the lease waits until this write is committed.
+FENCED_INSERT_EVENT = (
+    "WITH l AS (SELECT 1 FROM acode_store.session_leases WHERE session_id = %s AND epoch = %s"
+    " FOR SHARE) INSERT INTO acode_store.events (sid, seq, event_id, ts, type, payload, hash,"
+    " checkpoint, signature) SELECT %s::bigint, %s::bigint, %s::uuid, %s::bigint, %s::text,"
+    " %s::text, %s::bytea, %s::text, %s::bytea FROM l"
+)
 _EVENT_COLUMNS = "seq, event_id::text, ts, type, payload, hash"
 SELECT_EVENTS_AFTER = (
     f"SELECT {_EVENT_COLUMNS} FROM acode_store.events WHERE sid = %s AND seq > %s"
@@ -238,3 +247,43 @@ VACUUM_PRUNED_TABLES = (
     " acode_store.step_ids, acode_store.files, acode_store.sync_state,"
     " acode_store.sessions, acode_store.blobs"
 )
+
+# The session leases (sql/0003_leases.sql; the taking: acode.store.leases.take). Taken
+# when free, ours, lapsed, or held by the exact holder ``gone`` read (of this machine,
+# ended); the sid is NULL for a session whose first write is still to come.
+TAKE_LEASE = (
+    "INSERT INTO acode_store.session_leases AS l (session_id, epoch, token, host, pid,"
+    " machine, started, since, expires) VALUES (%(id)s, 1, %(token)s, %(host)s, %(pid)s,"
+    " %(machine)s, %(started)s, now(), now() + make_interval(secs => %(seconds)s))"
+    " ON CONFLICT (session_id) DO UPDATE SET token = excluded.token, host = excluded.host,"
+    " pid = excluded.pid, machine = excluded.machine, started = excluded.started,"
+    " epoch = CASE WHEN l.token = excluded.token THEN l.epoch ELSE l.epoch + 1 END,"
+    " since = CASE WHEN l.token = excluded.token THEN l.since ELSE now() END,"
+    " expires = excluded.expires"
+    " WHERE l.token IS NULL OR l.token = excluded.token OR l.expires < now()"
+    " OR (l.token = %(gone)s AND l.epoch = %(gone_epoch)s)"
+    " RETURNING l.epoch, (SELECT sid FROM acode_store.sessions WHERE id = %(id)s)"
+)
+LEASE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '2000', true)"
+SELECT_LEASE = (
+    "SELECT token, host, pid, since, expires, machine, started, epoch"
+    " FROM acode_store.session_leases WHERE session_id = %s AND token IS NOT NULL"
+    " AND expires >= now()"
+)
+RENEW_LEASE = (
+    "UPDATE acode_store.session_leases SET expires = now() + make_interval(secs => %s)"
+    " WHERE session_id = %s AND token = %s AND epoch = %s RETURNING epoch"
+)
+HOLDS_LEASE = (
+    "SELECT 1 FROM acode_store.session_leases WHERE session_id = %s AND token = %s"
+    " AND epoch = %s AND expires >= now()"
+)
+# Given back, the epoch kept: the next holder's is one more.
+GIVE_BACK_LEASE = (
+    "UPDATE acode_store.session_leases SET token = NULL, host = NULL, pid = NULL,"
+    " machine = NULL, started = NULL, since = NULL, expires = NULL"
+    " WHERE session_id = %s AND token = %s AND epoch = %s"
+)
+# A write of many statements (a history chained again) that holds the lease's row for
+# its whole transaction.
+FENCE = "SELECT 1 FROM acode_store.session_leases WHERE session_id = %s AND epoch = %s FOR SHARE"

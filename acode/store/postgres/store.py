@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from acode.domain.events import Event, EventType
 from acode.domain.reducer import StepRecord
-from acode.errors import ErrorCode, StorageError, StoreUnavailableError
+from acode.errors import ErrorCode, SessionTakenOverError, StorageError, StoreUnavailableError
 from acode.store.base import Durability
 from acode.store.postgres import queries as q
 from acode.store.postgres.archive_rows import SELECT_STORED_SESSION
@@ -30,7 +30,7 @@ from acode.store.postgres.connection import (
     translated,
 )
 from acode.store.postgres.migrations import migrate
-from acode.store.postgres.writes import run, statements_of
+from acode.store.postgres.writes import Fence, StaleEpoch, run, statements_of
 from acode.store.records import (
     Backlog,
     CheckpointRow,
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
     from acode.store.archive_records import ArchivedEvent, ArchivedFile, SessionImport
+    from acode.store.leases import Lease, LeaseHolder, LeaseOutcome
     from acode.store.records import PruneCost
     from acode.store.sqlite.pruning import Reclaimed
 
@@ -79,6 +80,7 @@ class PostgresStore:
         # Looked up once: the step path catches them at every write.
         self._driver_error = psycopg.Error
         self._pool_timeout = PoolTimeout
+        self._lock_not_available = psycopg.errors.LockNotAvailable
         self._address = address
         self._url = url
         # A store opened for one workspace sees its sessions alone (queries.py).
@@ -94,6 +96,12 @@ class PostgresStore:
         self._backlog = q.scoped(q.SELECT_BACKLOG, scope)
         self._scope_sql = scope
         self._stored_session = q.scoped(SELECT_STORED_SESSION, scope)
+        # The leases this store's process holds (session id: epoch), those it gave up
+        # without the server (forfeit_lease), and the fence of each of those sessions'
+        # writes (sid: (session id, epoch); epoch 0: given up, every write refused here).
+        self._held: dict[str, int] = {}
+        self._forfeited: set[str] = set()
+        self._fences: dict[int, Fence] = {}
 
     @classmethod
     def open(cls, url: str, durability: Durability = "full") -> PostgresStore:
@@ -190,10 +198,19 @@ class PostgresStore:
             created_at,
             key_id,
         )
-        with self._conn() as conn, conn.transaction():
-            found = conn.execute(q.INSERT_SESSION, row).fetchone()
-            assert found is not None  # RETURNING gives the new row's
-            run(conn, statements_of(int(found[0]), first))
+        epoch = self._held.get(session_id)
+        if session_id in self._forfeited:
+            raise _taken_over(session_id, 0)
+        fence = None if epoch is None else (session_id, epoch)
+        try:
+            with self._conn() as conn, conn.transaction():
+                found = conn.execute(q.INSERT_SESSION, row).fetchone()
+                assert found is not None  # RETURNING gives the new row's
+                run(conn, statements_of(int(found[0]), first, fence))
+        except StaleEpoch:
+            raise _taken_over(session_id, epoch) from None
+        if fence is not None:
+            self._fences[int(found[0])] = fence
         return self.session(session_id)
 
     def session(self, session_id: str) -> SessionRow:
@@ -242,14 +259,19 @@ class PostgresStore:
     # -- writes -----------------------------------------------------------------------
 
     def commit(self, sid: int, commit: Commit) -> None:
-        """Write one Commit in one transaction, or nothing."""
-        statements = statements_of(sid, commit)
-        with self._conn() as conn:
-            if len(statements) == 1:
-                run(conn, statements)  # one statement is a transaction of its own
-                return
-            with conn.transaction():
-                run(conn, statements)
+        """Write one Commit in one transaction, or nothing (SessionTakenOverError: the
+        session's lease, which this store's process held, is another's now)."""
+        fence = self._fence(sid)
+        statements = statements_of(sid, commit, fence)
+        try:
+            with self._conn() as conn:
+                if len(statements) == 1:
+                    run(conn, statements)  # one statement is a transaction of its own
+                    return
+                with conn.transaction():
+                    run(conn, statements)
+        except StaleEpoch:
+            raise self._refused(sid) from None
 
     def append_completion(
         self,
@@ -263,14 +285,31 @@ class PostgresStore:
     ) -> None:
         """A step's completion: one row, one statement, one round trip (``_conn`` written
         out: the path most steps take)."""
-        row = (sid, seq, event_id, ts_us, _COMPLETED, payload_json, hash_, None, signature)
+        row: tuple[Any, ...] = (
+            sid,
+            seq,
+            event_id,
+            ts_us,
+            _COMPLETED,
+            payload_json,
+            hash_,
+            None,
+            signature,
+        )
+        fence = self._fence(sid)
+        if fence is not None:
+            row = (*fence, *row)
         conn = self._get()
         try:
-            conn.execute(q.INSERT_EVENT, row)
+            written = conn.execute(
+                q.INSERT_EVENT if fence is None else q.FENCED_INSERT_EVENT, row
+            ).rowcount
         except self._driver_error as exc:
             raise self._failed(exc) from exc
         finally:
             self._pool.putconn(conn)
+        if written != 1:
+            raise self._refused(sid)
 
     def rechain(
         self,
@@ -285,7 +324,10 @@ class PostgresStore:
         is empty."""
         assert not old_checkpoints
         sid = session.sid
+        fence = self._fence(sid)
         with self._conn() as conn, conn.transaction():
+            if fence is not None and conn.execute(q.FENCE, fence).fetchone() is None:
+                raise self._refused(sid)
             found = conn.execute(q.SELECT_CHAIN_FOR_UPDATE, (sid,)).fetchone()
             if found is None or found[0] == chain:
                 return False
@@ -295,6 +337,102 @@ class PostgresStore:
             conn.execute(q.ENABLE_EVENTS_UPDATE_TRIGGER, prepare=False)
             conn.execute(q.MARK_RECHAINED, (chain, key_id, sid))
         return True
+
+    # -- the session's lease (sql/0003_leases.sql) ---------------------------------------
+
+    def take_lease(self, session_id: str, lease: Lease, seconds: float) -> LeaseOutcome:
+        """Take the session's lease for ``lease`` for ``seconds`` (acode.store.leases.
+        take); once taken, every write of the session by this store names its epoch."""
+        from acode.store.leases import take
+
+        params: dict[str, object] = {
+            "id": session_id,
+            "token": lease.token,
+            "host": lease.host,
+            "pid": lease.pid,
+            "machine": lease.machine,
+            "started": lease.started,
+            "seconds": seconds,
+        }
+        sids: list[int | None] = []
+
+        def attempt(gone: str | None, gone_epoch: int | None) -> int | None:
+            with self._conn() as conn, conn.transaction():
+                # A write of the holder in flight holds the row (FOR SHARE) until it
+                # commits: one that does not (its process frozen, or cut off) is not
+                # waited for long. Not taken: the holder is named as any other's.
+                conn.execute(q.LEASE_LOCK_TIMEOUT)
+                try:
+                    with conn.transaction():  # a savepoint: the time-out ends it alone
+                        taken = conn.execute(
+                            q.TAKE_LEASE, {**params, "gone": gone, "gone_epoch": gone_epoch}
+                        ).fetchone()
+                except self._lock_not_available:
+                    taken = None
+            if taken is None:
+                return None
+            sids.append(None if taken[1] is None else int(taken[1]))
+            return int(taken[0])
+
+        outcome = take(lease, attempt, lambda: self._lease_holder(session_id))
+        if outcome.holder is None and outcome.epoch:
+            self._held[session_id] = outcome.epoch
+            if sids[-1] is not None:
+                self._fences[sids[-1]] = (session_id, outcome.epoch)
+        return outcome
+
+    def _lease_holder(self, session_id: str) -> tuple[str | None, LeaseHolder | None]:
+        from acode.store.leases import LeaseHolder
+
+        row = self._one(q.SELECT_LEASE, (session_id,))
+        if row is None:
+            return None, None
+        token, host, pid, since, expires, machine, started, epoch = row
+        holder = LeaseHolder(str(host), int(pid), since, expires, machine, started, int(epoch))
+        return str(token), holder
+
+    def renew_lease(self, session_id: str, lease: Lease, seconds: float) -> bool:
+        """Renew the lease this store holds; False when it is another's now."""
+        epoch = self._held.get(session_id)
+        if epoch is None:
+            return False
+        params = (seconds, session_id, lease.token, epoch)
+        with self._conn() as conn:
+            return conn.execute(q.RENEW_LEASE, params).fetchone() is not None
+
+    def holds_lease(self, session_id: str, lease: Lease) -> bool:
+        """Whether the lease is still this store's and has not lapsed (the server asked)."""
+        epoch = self._held.get(session_id)
+        if epoch is None or session_id in self._forfeited:
+            return False
+        return self._one(q.HOLDS_LEASE, (session_id, lease.token, epoch)) is not None
+
+    def give_back_lease(self, session_id: str, lease: Lease) -> None:
+        """Give the lease back (if it is still ours): the next holder takes it at once."""
+        epoch = self._held.pop(session_id, 0)
+        self._forfeited.discard(session_id)
+        self._fences = {s: f for s, f in self._fences.items() if f[0] != session_id}
+        if epoch:
+            with self._conn() as conn:
+                conn.execute(q.GIVE_BACK_LEASE, (session_id, lease.token, epoch))
+
+    def forfeit_lease(self, session_id: str) -> None:
+        """This process gives up the session without asking the server (which it may not
+        reach): from now on every write of the session by this store is refused."""
+        self._forfeited.add(session_id)
+        for sid, (held_id, _) in list(self._fences.items()):
+            if held_id == session_id:
+                self._fences[sid] = (session_id, 0)
+
+    def _fence(self, sid: int) -> Fence | None:
+        fence = self._fences.get(sid)
+        if fence is not None and not fence[1]:
+            raise self._refused(sid)
+        return fence
+
+    def _refused(self, sid: int) -> SessionTakenOverError:
+        session_id, epoch = self._fences[sid]
+        return _taken_over(session_id, epoch)
 
     # -- events -----------------------------------------------------------------------
 
@@ -607,6 +745,24 @@ class PostgresStore:
         finally:
             self._pool.putconn(conn)
         return Reclaimed(converted=False, error=error)
+
+
+def _taken_over(session_id: str, epoch: int | None) -> SessionTakenOverError:
+    # The whole id in the hints: a store this process may not reach cannot be asked for
+    # the shortest prefix that is unique.
+    if not epoch:  # given up by this process itself (acode.engine.leases)
+        return SessionTakenOverError(
+            "this process no longer holds the session's lease (another process took the "
+            "session over, or this one could not renew the lease in time: cut off from "
+            "the store?) and stops here without writing more",
+            hint=f"`acode session show {session_id}` shows where the session stands; if "
+            f"no other process took it over, `acode resume {session_id}` continues it",
+        )
+    return SessionTakenOverError(
+        f"the session was taken over by another process (this process held epoch {epoch} "
+        "of its lease): this process stops; the session continues there",
+        hint=f"`acode session show {session_id}` shows where it stands",
+    )
 
 
 def _limit(limit: int) -> int | None:

@@ -112,11 +112,19 @@ def _fleet_recovery_section(quick: bool, root: Path) -> str:
     return fleet_recovery_section(root, _progress, quick=quick)
 
 
+def _fleet_throughput_section(quick: bool, root: Path) -> str:
+    """Issue 22: one worker running I/O-bound sessions at concurrency 1, 8 and 32."""
+    from bench.fleet_bench import fleet_section
+
+    return fleet_section(root, _progress, quick=quick)
+
+
 # The sections ``--only`` measures alone.
 _ONLY = {
     "step-kinds": _step_kinds_section,
     "pg-step": _pg_step_section,
     "fleet-recovery": _fleet_recovery_section,
+    "fleet-throughput": _fleet_throughput_section,
 }
 
 
@@ -217,7 +225,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_suite(settings, root, _progress)
     peers = run_side_by_side(_side_by_side_settings(args.quick, args.full), root, _progress)
     sync = sync_section(root, _progress)
-    pg = [_pg_step_section(args.quick, root), _fleet_recovery_section(args.quick, root)]
+    pg = [
+        _pg_step_section(args.quick, root),
+        _fleet_recovery_section(args.quick, root),
+        _fleet_throughput_section(args.quick, root),
+    ]
     nfr = _nfr_sections(args.quick, root)
     big = _big_repo_section(args.quick, args.full, root)
     kinds = _step_kinds_section(args.quick, root)

@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from bench.fleet_bench import bare_repository
+from bench.machine import compile_acode
+
 __all__ = ["fleet_recovery_section", "main", "measure_recovery", "render_recovery"]
 
 HEADING = "## Recovery of an abandoned session by another worker (PostgreSQL store)"
@@ -52,7 +55,9 @@ class Recovery:
     lease_s: float = LEASE_S
     seconds: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in INTERVALS})
     server: str = ""
-    compiled: bool = False  # acode's bytecode written before the rounds (see _compile)
+    compiled: bool = (
+        False  # acode's bytecode written before the rounds (bench.machine.compile_acode)
+    )
     load: tuple[float, float] = (0.0, 0.0)
     skipped: str | None = None
 
@@ -60,17 +65,6 @@ class Recovery:
 def _git(cwd: Path, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
     return done.stdout.strip()
-
-
-def _repository(root: Path) -> Path:
-    source = root / "source"
-    source.mkdir()
-    (source / "README.md").write_text("# bench\n", encoding="utf-8")
-    _git(source, "init", "-q", "-b", "main")
-    _git(source, "add", "README.md")
-    _git(source, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "first")
-    _git(root, "clone", "-q", "--bare", str(source), str(root / "repo.git"))
-    return root / "repo.git"
 
 
 def _plan(marker: Path) -> str:
@@ -169,19 +163,6 @@ def _elsewhere(url: str, item: int) -> None:
         )
 
 
-def _compile() -> bool:
-    """Write acode's bytecode once, as an installed acode has it: where
-    PYTHONDONTWRITEBYTECODE is set (an editable install here), every process compiles
-    acode's modules again as it imports them, half a second of each resume's start."""
-    import acode
-
-    package = Path(acode.__file__).parent
-    done = subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(package)], capture_output=True, check=False
-    )
-    return done.returncode == 0
-
-
 def _since(lapse: datetime, ts_us: int) -> float:
     return ts_us / 1e6 - lapse.timestamp()
 
@@ -198,8 +179,8 @@ def measure_recovery(
         with _postgres(scratch) as (admin, described), _database(admin) as dsn:
             result.server = described
             url = _url(dsn)
-            repo = _repository(scratch)
-            result.compiled = _compile()
+            repo = bare_repository(scratch)
+            result.compiled = compile_acode()
             result.load = (os.getloadavg()[0], 0.0)
             for r in range(rounds):
                 _round(url, repo, scratch, r, lease, result)

@@ -72,6 +72,18 @@ def bench_root(repo: Path) -> Path:
     return scratch
 
 
+def compile_acode() -> bool:
+    """Write acode's bytecode, as an installed acode has it: where PYTHONDONTWRITEBYTECODE
+    is set (an editable install here), every process would compile acode's modules again
+    as it imports them (half a second of a start), and a figure would measure that. True
+    when it is written."""
+    import compileall
+
+    import acode
+
+    return bool(compileall.compile_dir(Path(acode.__file__).parent, quiet=1))
+
+
 def fsync_latency_us(directory: Path, samples: int = 200) -> float:
     """Median time to append 200 bytes to a file and fsync it: the disk's floor for
     a durable commit."""

@@ -40,6 +40,11 @@ def arrival_lines(arrival: Arrival | None, *, dry_run: bool) -> list[str]:
     else:
         fetched = f"fetched {arrival.ref}{from_where}, " if arrival.fetch else ""
         lines = [f"  Work tree: {fetched}checked out commit {_short(arrival.commit)}"]
+    verb = "Would fetch" if dry_run else "Fetched"
+    lines += [
+        f"    {verb} {ref}: the snapshot the step left running there rolls back to"
+        for ref in arrival.snapshots
+    ]
     if arrival.detach_at is not None:
         verb = "Would detach" if dry_run else "Detached"
         lines.append(f"    {verb} HEAD at {_short(arrival.detach_at)}: your branches stay")

@@ -102,6 +102,24 @@ class Handoff:
         if ctx.kind in FILE_KINDS:
             self.record(journal, ctx.step_id, ctx.attempt)
 
+    def snapshot_taken(self) -> None:
+        """A run step's ghost snapshot was recorded: it goes to the remote now, so that
+        another machine can roll the step back if this one stops in it."""
+        if self._pusher is not None:
+            self._pusher.wake.set()
+
+    def ended(self) -> None:
+        """The session ended (COMPLETED, FAILED, CANCELLED): its snapshots go from the
+        remote with the last push, no resume needs them anywhere."""
+        from acode.system.snapshot_push import retire_snapshots
+
+        try:
+            retire_snapshots(self._paths, self._session_id)
+        except OSError as exc:  # a full disk: they stay on the remote, nothing worse
+            log_event(
+                self._paths, "handoff_not_retired", session_id=self._session_id, reason=str(exc)
+            )
+
     def record(self, journal: Journal, step: str | None, attempt: int) -> None:
         """Record the work tree when it changed since the last record."""
         assert journal.summary is not None
@@ -282,12 +300,14 @@ def push_waiting_refs(
     workspace: Path, settings: HandoffSettings, *, wait: bool, timeout: float
 ) -> RefsPushed:
     """Push every session's hand-off ref the remote does not hold yet (conflicts left
-    out); with ``wait``, try again with back-off until ``timeout`` seconds pass."""
+    out), and the steps' snapshots beside them; with ``wait``, try again with back-off
+    until ``timeout`` seconds pass."""
     import random
     import time
 
     from acode.domain.backoff import Backoff
     from acode.system.handoff_push import push_refs, refs_to_push
+    from acode.system.snapshot_push import joined, push_snapshots, snapshots_to_push
 
     assert settings.remote is not None
     paths = StatePaths(workspace)
@@ -299,6 +319,11 @@ def push_waiting_refs(
         pending = refs_to_push(workspace, paths, conflicts=True)
         left = max(deadline - time.monotonic(), 0.1)
         result = push_refs(workspace, paths, settings.remote, pending, timeout=left)
+        if result.retry_at_us is None:  # the remote answered: the snapshots follow
+            ghosts = snapshots_to_push(workspace, paths, asked=True)
+            result = joined(
+                result, push_snapshots(workspace, paths, settings.remote, ghosts, timeout=left)
+            )
         pushed += result.session_ids
         waiting = tuple(sorted(set(pending) - set(result.session_ids)))
         if result.reason is None or not wait:

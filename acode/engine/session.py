@@ -339,6 +339,8 @@ class Session:
             # (a python step's files, a record that failed) travels too.
             summary = self._journal.summary
             self._handoff.record(self._journal, summary.current_step if summary else None, 0)
+            if is_terminal(target):
+                self._handoff.ended()
         self._states.record(target, reason, self._steps.as_left)
 
     def checkpoint(self, label: str) -> Mark:

@@ -292,6 +292,8 @@ class StepExecutor:
                     )
                     if "ghost" in prepared.record:
                         self._ghosted = env.ctx
+                        if self.handoff is not None:
+                            self.handoff.snapshot_taken()
                 notice(StepPhase.STARTED, None)
                 with self.interrupts.interruptible():
                     outcome = action.execute(env, prepared)

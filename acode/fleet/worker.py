@@ -4,8 +4,11 @@ result as a branch, and mark the item done or failed.
 Each session runs in a child process, `acode run` or `acode resume` itself with
 ``--json``: the same code as a person's run, a crash of one session never takes the
 worker or another session with it, and each session has its own SQLite and lock. The
-worker's threads only wait: one per slot (``concurrency``) for its child, and one that
-renews the leases of every item held, in one statement, with the worker's heartbeat.
+children are forked by the worker's launcher (acode/cli/launcher.py, a fork server with
+acode already imported), which spares each the start of an interpreter and its imports.
+The worker's threads only wait: one per slot (``concurrency``) for its child, and one
+that renews the leases of every item held, in one statement, with the worker's
+heartbeat.
 
 Fencing: every write to an item names the epoch of the claim. A worker that finds its
 epoch stale, or that could not renew a lease before it lapsed by its own clock, kills
@@ -29,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acode.errors import (
     EnvironmentValidationError,
@@ -41,7 +44,10 @@ from acode.fleet.queue import LeaseLost, Queue, QueueItem
 from acode.fleet.reclaim import Action, Decision, decide_claim, out_of_reach, store_workspace
 from acode.fleet.repo import clone, mask_url, push_result
 
-__all__ = ["Report", "Worker", "WorkerOptions"]
+if TYPE_CHECKING:
+    from acode.system.fork_server import ForkServer, Spawned
+
+__all__ = ["LAUNCHER", "Report", "Worker", "WorkerOptions"]
 
 Report = Callable[[dict[str, Any]], None]
 # Steps that may act outside the workspace: a fresh clone does not undo them.
@@ -57,6 +63,9 @@ _REFUSED_HERE = EnvironmentValidationError.exit_code
 # An idle slot wakes this long after the soonest lease of a running item lapses, to claim
 # it then rather than at its next poll.
 _AFTER_LAPSE = 0.05
+# The launcher's command line (acode/cli/launcher.py). ``-P``: no directory of the worker's
+# or of a session's clone goes before acode's own on the module path.
+LAUNCHER = (sys.executable, "-P", "-c", "from acode.cli.launcher import main; main()")
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,7 @@ class _Held:
 
     item: QueueItem
     valid_until: float  # monotonic: the lease lapses then unless renewed
-    proc: subprocess.Popen[str] | None = None
+    proc: Spawned | None = None
     lost: threading.Event = field(default_factory=threading.Event)
 
     def lose(self) -> None:
@@ -109,6 +118,7 @@ class Worker:
         self._stopping = threading.Event()
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
+        self._launch: ForkServer | None = None
 
     # -- the whole run ------------------------------------------------------------
 
@@ -128,6 +138,9 @@ class Worker:
                 "concurrency": opts.concurrency,
             }
         )
+        # Its imports done while the worker waits, not on the way of the first session
+        # (an idle worker taking over a dead one's session among them).
+        self._launcher().start()
         previous = {
             sig: signal.signal(sig, lambda *_: self.stop())
             for sig in (signal.SIGTERM, signal.SIGINT)
@@ -153,6 +166,8 @@ class Worker:
             with contextlib.suppress(FleetError):
                 queue.heartbeat(self.id, 0, stopped=True)
             queue.close()
+            if self._launch is not None:
+                self._launch.close()
         self._report({"event": "stopped", "id": self.id})
         return 0
 
@@ -373,32 +388,27 @@ class Worker:
         """Run `acode COMMAND -w WORKSPACE --json --mode autopilot -- TARGET` (``argv``:
         command, workspace, target), recording on the item what it says (its session, a
         step acting outside); returns its exit status and its last report."""
-        from acode.system.process import die_with_parent_hook
+        from acode.system.fork_server import ForkServerGone
 
         log = (workspace.parent / "session.log").open("ab")
         final: dict[str, Any] = {}
         outside = held.item.outside_effects
+        read, write = os.pipe()
+        out = os.fdopen(read, encoding="utf-8", errors="replace")
         try:
-            held.proc = subprocess.Popen(
-                [sys.executable, "-m", "acode", argv[0], "-w", argv[1], *_CHILD_FLAGS, argv[2]],
-                cwd=workspace,
-                # acode itself, which signs its session with the key; the queue's URL
-                # is the worker's business, not the session's.
-                env=self._child_env(held.item),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                start_new_session=True,  # one killpg reaches its steps' commands too
-                # One pre-resolved prctl call: safe before exec in a threaded process.
-                preexec_fn=die_with_parent_hook(),  # noqa: PLW1509
-            )
+            with open(os.devnull, "rb") as stdin:
+                try:
+                    held.proc = self._launcher().spawn(
+                        [argv[0], "-w", argv[1], *_CHILD_FLAGS, argv[2]],
+                        cwd=workspace,
+                        env=self._child_env(held.item),
+                        stdio=(stdin.fileno(), write, log.fileno()),
+                    )
+                finally:
+                    os.close(write)  # the child's copy is the only one: its end is our EOF
             if self._stopping.is_set():  # stopped while it started: pause it too
                 os.killpg(held.proc.pid, signal.SIGTERM)
-            assert held.proc.stdout is not None
-            for line in held.proc.stdout:
+            for line in out:
                 record = _json_line(line)
                 if held.lost.is_set():
                     break
@@ -418,13 +428,45 @@ class Worker:
                 elif record.get("event") == "session":
                     final.update(record)
             return held.proc.wait(), final
+        except ForkServerGone as gone:
+            # Its session got SIGTERM with it and paused, resumable: the item goes on
+            # once its lease lapses, as after the death of a worker.
+            self._launcher().check()
+            raise LeaseLost(f"queue item {held.item.id}: {gone}") from gone
         except BaseException:
             held.lose()
             raise
         finally:
             log.close()
+            out.close()
             if held.proc is not None and held.proc.poll() is None:
-                held.proc.wait()
+                with contextlib.suppress(ForkServerGone):
+                    held.proc.wait()
+
+    def _launcher(self) -> ForkServer:
+        """The fork server the sessions start from (acode/cli/launcher.py), started with
+        the first session and again should it die."""
+        from acode.system.fork_server import ForkServer
+
+        with self._lock:
+            if self._launch is None:
+                self._launch = ForkServer(
+                    LAUNCHER,
+                    self._launcher_env(),
+                    on_start=lambda pid: self._report({"event": "launcher", "pid": pid}),
+                    on_death=lambda pid, code: self._report(
+                        {"event": "launcher_died", "pid": pid, "status": code}
+                    ),
+                )
+            return self._launch
+
+    def _launcher_env(self) -> dict[str, str]:
+        """The launcher's environment: with a shared store, its URL, so that it loads the
+        store's driver once for every session (each session's own is sent with it)."""
+        env = _base_env()
+        if self.options.store_url is not None:
+            env["ACODE_STORE_URL"] = self.options.store_url
+        return env
 
     def _child_env(self, item: QueueItem) -> dict[str, str]:
         """The environment of the item's `acode` processes: the worker's, which holds the
@@ -434,7 +476,7 @@ class Worker:
         (the one remote every worker reaches, as it clones from it and pushes the result
         there), and the worker's lease length, which the session's own lease in the store
         takes: the two lapse together when a machine is lost."""
-        env = {**_without(os.environ, "ACODE_FLEET_URL"), "GIT_TERMINAL_PROMPT": "0"}
+        env = _base_env()
         if self.options.store_url is not None:
             env["ACODE_STORE_URL"] = self.options.store_url
             env["ACODE_STORE_WORKSPACE"] = store_workspace(item)
@@ -510,6 +552,12 @@ class Worker:
     def _busy(self) -> bool:
         with self._lock:
             return bool(self._held)
+
+
+def _base_env() -> dict[str, str]:
+    """The worker's environment without the queue's URL: what the launcher's and each
+    session's start from (``Worker._launcher_env``, ``Worker._child_env``)."""
+    return {**_without(os.environ, "ACODE_FLEET_URL"), "GIT_TERMINAL_PROMPT": "0"}
 
 
 def _without(env: Mapping[str, str], name: str) -> dict[str, str]:

@@ -57,6 +57,8 @@ class Arrival(NamedTuple):
     changes: tuple[str, ...] | None
     conflicts: tuple[str, ...]
     detach_at: str | None
+    # The snapshots a step left running there rolls back to, fetched (or to fetch) too.
+    snapshots: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return self._asdict()

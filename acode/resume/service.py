@@ -453,7 +453,8 @@ def _in_progress(
     ghosts: bool = True,
 ) -> _InProgress:
     """What the steps left in progress touched; ``ghosts`` False: their snapshots are
-    another machine's, and the work tree that arrived from there is their state."""
+    another machine's, not fetched (strategy retry), and the work tree that arrived from
+    there is what they run again on."""
     paths: set[str] = set()
     changes: list[ChangedFile] = []
     rollback = None
@@ -517,7 +518,10 @@ def _environment(
     changed: list[ChangedFile] = []
     rollback = None
     if exists and not arriving:
-        found = _in_progress(journal, ws.root, strategy, fresh_after, ghosts=not arrived)
+        # With retry the snapshot of a step left running elsewhere was not fetched: the
+        # tree that arrived is what the step runs again on.
+        ghosts = not arrived or strategy != "retry"
+        found = _in_progress(journal, ws.root, strategy, fresh_after, ghosts=ghosts)
         checked, changed = changed_files(ws.root, store.file_fields(row.sid), ignore=found.paths)
         reported = {c.path for c in changed}
         changed += [c for c in found.changes if c.path not in reported]
@@ -548,11 +552,23 @@ def _environment(
         budget_seconds=budget,
     )
     c = preview.continuation
-    if rollback is not None and c is not None and c.in_progress_action == "retry":
+    if (
+        c is not None
+        and c.in_progress_action == "retry"
+        and (rollback is not None or (arriving and strategy != "retry" and _ghosted(journal)))
+    ):
         # A run that declares no paths is rolled back to its ghost snapshot: the plan
         # alone cannot tell that it has one.
         c = replace(c, in_progress_action="rollback_retry")
     return preview._replace(environment=report, continuation=c)
+
+
+def _ghosted(journal: Journal) -> bool:
+    """Whether a step left in progress rolls back to a ghost snapshot: one taken on
+    another machine, before its work tree arrives here."""
+    from acode.resume.arrival_snapshots import named_snapshots
+
+    return bool(named_snapshots(journal))
 
 
 def _may_arrive(config: AcodeConfig) -> bool:
@@ -563,6 +579,25 @@ def _may_arrive(config: AcodeConfig) -> bool:
     nothing of git is loaded (acode.resume.arrival)."""
     store = config.store
     return config.handoff.remote is not None or bool(store.url and store.workspace)
+
+
+def _arrive(
+    journal: Journal, ws: Workspace, *, strategy: InProgressStrategy, force: bool
+) -> Arrival | None:
+    """The work tree of a session that ran on another machine, brought here; first the
+    snapshot a step left running there rolls back to, so that the rollback here is the
+    one a resume there would do (only strategy retry does without it)."""
+    if not _may_arrive(ws.config):
+        return None
+    from acode.resume.arrival import arrive
+
+    fetched: tuple[str, ...] = ()
+    if strategy != "retry":
+        from acode.resume.arrival_snapshots import bring_snapshots
+
+        fetched = bring_snapshots(journal, ws)
+    arrival = arrive(journal, ws, force=force)
+    return arrival._replace(snapshots=fetched) if arrival is not None else None
 
 
 def _held_by_us(ws: Workspace, session_id: str) -> bool:
@@ -652,8 +687,12 @@ def _preview_in(
     preview = _preview(journal, ws.config, clock.now_us())
     if _may_arrive(ws.config):
         from acode.resume.arrival import pending_arrival
+        from acode.resume.arrival_snapshots import missing_snapshots
 
-        preview = preview._replace(handoff=pending_arrival(journal, ws))
+        arrival = pending_arrival(journal, ws)
+        if arrival is not None and ws.config.resume.in_progress_strategy != "retry":
+            arrival = arrival._replace(snapshots=tuple(missing_snapshots(journal, ws)))
+        preview = preview._replace(handoff=arrival)
     return _environment(
         journal,
         ws,
@@ -850,13 +889,12 @@ def _resume(
         recorded = recorded_config(row, journal.history)
         if verify:
             verify_history(store, row, signer)
+        # With --force the person chose the configuration as it is now.
+        config = current_config(journal.history, row, ws.config) if force else recorded
+        strategy = strategy or config.resume.in_progress_strategy
         # A session that ran on another machine: its work tree is brought here, and then
         # checked as any other below.
-        arrival = None
-        if _may_arrive(ws.config):
-            from acode.resume.arrival import arrive
-
-            arrival = arrive(journal, ws, force=force)
+        arrival = _arrive(journal, ws, strategy=strategy, force=force)
         # Only the rollback of an interrupted run step asks it, and the start of this
         # process is asked of psutil, which a resume of other steps does without.
         fresh_after = (
@@ -864,17 +902,11 @@ def _resume(
         )
         if orphans:  # the start of this process came before they were gone
             fresh_after = max(fresh_after, locked)
+        if arrival is not None:  # what the check-out wrote is the session's, not a person's
+            fresh_after = max(fresh_after, time.time_ns())
         preview = _preview(
             journal, ws.config, clock.now_us(), shown=on_preview is not None
         )._replace(mode=mode)
-        # With --force the person chose the configuration as it is now.
-        config = current_config(journal.history, row, ws.config) if force else recorded
-        strategy = strategy or config.resume.in_progress_strategy
-        if arrival is not None and strategy == "rollback":
-            # The work tree was just brought to the state after the last completed step,
-            # which is what a rollback restores (the step's snapshot is the other
-            # machine's): the step runs again on it.
-            strategy = "retry"
         if config.resume.validate_environment:
             preview = _environment(
                 journal,

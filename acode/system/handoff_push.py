@@ -39,10 +39,12 @@ __all__ = [
     "Pushed",
     "forget_session",
     "git_reason",
+    "porcelain",
     "push_refs",
     "read_state",
     "refs_to_push",
     "run_remote_git",
+    "write_record",
 ]
 
 # What git is given to say why it could not push, at most (its last lines).
@@ -90,12 +92,16 @@ def read_state(paths: StatePaths, session_id: str) -> PushState:
 
 
 def _write_state(paths: StatePaths, session_id: str, state: PushState) -> None:
-    target = _state_file(paths, session_id)
+    write_record(_state_file(paths, session_id), state.to_dict())
+
+
+def write_record(target: Path, data: object) -> None:
+    """Replace a push record (JSON) whole, in ``.agent/state/handoff``."""
     target.parent.mkdir(mode=0o700, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=".handoff-", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(state.to_dict(), handle)
+            json.dump(data, handle)
         os.replace(name, target)
     except BaseException:
         Path(name).unlink(missing_ok=True)
@@ -147,7 +153,7 @@ def push_refs(
     code, out, err = run_remote_git(
         workspace, ["push", "--porcelain", "--", remote, *refspecs], timeout
     )
-    lines = _porcelain(out)
+    lines = porcelain(out)
     done: list[str] = []
     reasons: list[str] = []
     retries: list[int] = []
@@ -189,7 +195,7 @@ def _failed(
     )
 
 
-def _porcelain(out: str) -> dict[str, tuple[str, str]]:
+def porcelain(out: str) -> dict[str, tuple[str, str]]:
     """``git push --porcelain``: remote ref -> (flag, summary)."""
     found: dict[str, tuple[str, str]] = {}
     for line in out.splitlines():

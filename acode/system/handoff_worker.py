@@ -1,10 +1,11 @@
-"""The thread that pushes a running session's hand-off ref (and any other session's
-left behind in the workspace) while the session runs.
+"""The thread that pushes a running session's hand-off ref and its steps' snapshots
+(and any other session's left behind in the workspace) while the session runs.
 
-A recorded step wakes it (``wake.set()``: the only cost on the step path); records
-within a second of a push wait for the next one. After a failure it waits out the
-back-off, and steps do not wake it early. The session never
-waits for it, except at its end: one last push, bounded by ``close(grace)``.
+A recorded step, or a run step's snapshot taken before its command starts, wakes it
+(``wake.set()``: the only cost on the step path); records within a second of a push
+wait for the next one. After a failure it waits out the back-off, and steps do not
+wake it early. The session never waits for it, except at its end: one last push,
+bounded by ``close(grace)``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from acode.domain.backoff import Backoff
 from acode.system.handoff_push import Pushed, push_refs, refs_to_push
+from acode.system.snapshot_push import joined, push_snapshots, snapshots_to_push
 from acode.system.workspace import StatePaths
 
 __all__ = ["HandoffPusher"]
@@ -104,6 +106,8 @@ class HandoffPusher:
                 timeout=timeout,
                 backoff=self._backoff,
             )
+            if pushed.retry_at_us is None:  # the remote answered: the snapshots follow
+                pushed = joined(pushed, self._push_snapshots(timeout))
         except Exception as exc:  # a bug here must not end the thread unnoticed
             later = time.time_ns() // 1000 + int(self._backoff.cap * 1_000_000)
             pushed = Pushed((), f"internal error: {type(exc).__name__}: {exc}", later)
@@ -117,3 +121,16 @@ class HandoffPusher:
         # A failure is told once, not at every retry; a push that worked, every time.
         if pushed.session_ids or (pushed.reason is not None and not failing):
             self._report(pushed)
+
+    def _push_snapshots(self, timeout: float) -> Pushed:
+        """The snapshots of the steps, which another machine rolls a step left running
+        back to (acode.system.snapshot_push)."""
+        pending = snapshots_to_push(self._workspace, self._paths)
+        return push_snapshots(
+            self._workspace,
+            self._paths,
+            self._remote,
+            pending,
+            timeout=timeout,
+            backoff=self._backoff,
+        )

@@ -10,7 +10,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -71,9 +71,8 @@ def machines(
     )
 
 
-def _plan(m: Machines, marker: Path, pids: Path, *, idempotent: bool = True) -> str:
+def _plan(m: Machines, marker: Path, pids: Path) -> str:
     nap = f"test -e {marker} || {{ touch {marker}; echo $$ >> {pids}; sleep 30; }}"
-    again = ", idempotent: true" if idempotent else ""
     fx = m.effects
     return plan_yaml(
         "Hand-off",
@@ -81,18 +80,18 @@ def _plan(m: Machines, marker: Path, pids: Path, *, idempotent: bool = True) -> 
         '{id: e, edit: src/a.py, old: "print(1)", new: "print(2)"}',
         f"{{id: r, run: 'echo r >> {fx}; echo built > out.txt'}}",
         "{id: c1, commit: Add a}",
-        f"{{id: nap, run: '{nap}'{again}}}",
+        f"{{id: nap, run: '{nap}', idempotent: true}}",
         f"{{id: r2, run: 'echo r2 >> {fx}; echo more >> out.txt'}}",
         '{id: w2, write: src/b.py, content: "print(3)\\n"}',
         "{id: c2, commit: Add b}",
     )
 
 
-def _killed_in_a(m: Machines, tmp_path: Path, *, idempotent: bool = True) -> str:
+def _killed_in_a(m: Machines, tmp_path: Path) -> str:
     """Start the plan in A, kill it with SIGKILL in its `nap` step once the remote has
     its work tree, and return the session's id."""
     pids = m.a.watch_pids(str(tmp_path / "pids"))
-    m.a.write("plan.yml", _plan(m, tmp_path / "napped", pids, idempotent=idempotent))
+    m.a.write("plan.yml", _plan(m, tmp_path / "napped", pids))
     run = m.a.start("run", "plan.yml")
     step_started(m.a, run, pids)
     (session,) = m.a.sessions()
@@ -117,6 +116,10 @@ def _remote_ref(remote: Path, ref: str) -> str | None:
         check=False,
     )
     return done.stdout.strip() or None
+
+
+def _remote_refs(remote: Path) -> list[str]:
+    return git(remote, "for-each-ref", "--format=%(refname)", "refs/acode").split()
 
 
 def _files(ws: Path) -> dict[str, str]:
@@ -199,18 +202,232 @@ def test_a_session_killed_in_one_clone_ends_in_another_as_an_uninterrupted_run(
     assert git(m.b.workspace, "rev-parse", "main").strip() == b_branch
 
 
-def test_a_run_step_interrupted_on_the_other_machine_runs_again_on_the_arrived_tree(
+# A python step's files are not recorded on the session's ref (only write, edit, run and
+# commit steps are), so the snapshot a run step takes after it holds more than the ref.
+NOTE_STEP = """\
+from pathlib import Path
+
+
+def note(ctx):
+    Path(ctx.workspace, "notes").mkdir(exist_ok=True)
+    Path(ctx.workspace, "notes", "py.txt").write_text("noted\\n")
+    return {"noted": True}
+"""
+
+
+def _build_plan(effects: Path, marker: Path, pids: Path) -> str:
+    """A plan whose `build` step (a run step, not idempotent, no declared paths: rolled
+    back to its ghost snapshot) writes gen/one.txt, then naps on its first attempt,
+    then writes gen/two.txt; each file is appended to, so that a run on top of a half
+    done one shows twice."""
+    nap = f"test -e {marker} || {{ touch {marker}; echo $$ >> {pids}; sleep 30; }}"
+    build = f"echo build >> {effects}; mkdir -p gen; echo one >> gen/one.txt; {nap}; "
+    return plan_yaml(
+        "Rolled back anywhere",
+        '{id: w, write: src/a.py, content: "print(1)\\n"}',
+        f"{{id: r0, run: 'echo r0 >> {effects}'}}",
+        '{id: py, python: "plan_steps:note"}',
+        f"{{id: build, run: '{build}echo two >> gen/two.txt'}}",
+        f"{{id: after, run: 'echo after >> {effects}'}}",
+        "{id: c, commit: Add the build}",
+    )
+
+
+def _stopped_in_build(
+    cli: Cli, tmp_path: Path, effects: Path, name: str, *, pause: bool = False
+) -> str:
+    """Start the build plan in ``cli``'s clone and stop it in its `build` step: SIGKILL
+    once the remote holds the step's snapshot and the session's ref, or (``pause``)
+    SIGTERM, whose last push sends them with the pause's as-left snapshot; return the
+    session's id."""
+    pids = cli.watch_pids(str(tmp_path / f"{name}.pids"))
+    cli.write("plan_steps.py", NOTE_STEP)
+    cli.write("plan.yml", _build_plan(effects, tmp_path / f"{name}.napped", pids))
+    run = cli.start("run", "plan.yml")
+    step_started(cli, run, pids)
+    session_id = _newest(cli)
+    ghost = f"refs/acode/{session_id}/build-1"
+    refs = [ghost, f"refs/acode/sessions/{session_id}"]
+    if pause:
+        run.proc.send_signal(signal.SIGTERM)
+        cli.finish(run, expect=130)
+        refs.append(f"{ghost}-as-left")
+    here = [git(cli.workspace, "rev-parse", ref).strip() for ref in refs]
+    remote = tmp_path / "team.git"
+    wait_for(
+        "the remote to hold the step's snapshots and the session's ref",
+        lambda: [_remote_ref(remote, ref) for ref in refs] == here,
+        timeout=30,
+    )
+    if not pause:
+        os.killpg(run.proc.pid, signal.SIGKILL)
+        cli.finish(run, expect=-signal.SIGKILL)
+    assert (cli.workspace / "gen/one.txt").read_text() == "one\n"  # half done
+    assert not (cli.workspace / "gen/two.txt").exists()
+    return session_id
+
+
+def _newest(cli: Cli) -> str:
+    rows = [r for r in cli.sessions() if r["state"] == "EXECUTING"]
+    assert len(rows) == 1, rows
+    return str(rows[0]["id"])
+
+
+def _resume_events(cli: Cli, session_id: str) -> list[dict[str, Any]]:
+    """The events from the resume on, as the history lists them."""
+    events: list[dict[str, Any]] = cli("session", "history", session_id, "--json").json()
+    first = next(i for i, e in enumerate(events) if e["type"] == "session_resumed")
+    return events[first:]
+
+
+def _shape(event: dict[str, Any]) -> tuple[object, ...]:
+    """What two runs of one plan must agree on in an event: its type, its step and
+    attempt, and the names of what it records (ids, times, digests and the paths a
+    rollback found differ)."""
+    payload = event.get("payload") or {}
+    return (event["type"], payload.get("step"), payload.get("attempt"), tuple(sorted(payload)))
+
+
+def test_a_run_step_left_running_on_one_machine_is_rolled_back_on_another_as_there(
+    machines: Machines, tmp_path: Path, background: Background
+) -> None:
+    m = machines
+    session_id = _stopped_in_build(m.a, tmp_path, m.effects, "a")
+    assert m.effects.read_text().split() == ["r0", "build"]
+    m.b.write("plan.yml", "my own notes\n")  # ignored: a person's file of machine B
+    ghost_ref = f"refs/acode/{session_id}/build-1"
+    dry = m.b("resume", "--dry-run", "--json", session_id).json()
+    assert dry["handoff"]["snapshots"] == [ghost_ref]
+    assert dry["continuation"]["in_progress_action"] == "rollback_retry"
+
+    done = m.b("resume", session_id, "--mode", "autopilot")
+    assert "build -> rollback_retry" in done.out, done.describe()
+    assert f"Fetched {ghost_ref}: the snapshot the step left running there" in done.out
+    assert "rolled back to snapshot" in done.out
+    assert m.b.status(session_id)["state"] == "COMPLETED"
+    # The interrupted step ran once more; no completed step ran twice.
+    assert m.effects.read_text().split() == ["r0", "build", "build", "after"]
+    assert (m.b.workspace / "gen/one.txt").read_text() == "one\n"
+    assert (m.b.workspace / "notes/py.txt").read_text() == "noted\n"  # from the snapshot
+    assert (m.b.workspace / "plan.yml").read_text() == "my own notes\n"
+    # B took the snapshot from the remote, checked against the history.
+    ghost = git(m.a.workspace, "rev-parse", ghost_ref).strip()
+    rolled = [e for e in _resume_events(m.b, session_id) if e["type"] == "step_rolled_back"]
+    assert [e["payload"]["started"]["ghost"] for e in rolled] == [ghost]
+    assert rolled[0]["payload"]["restored"] == ["notes/py.txt"]
+    # Ended: the snapshots went from the remote (deleted by B's last push); its ref stays.
+    ours = f"refs/acode/{session_id}/"
+    wait_for(
+        "the session's snapshots to go from the remote",
+        lambda: not any(ref.startswith(ours) for ref in _remote_refs(m.remote)),
+    )
+    assert f"refs/acode/sessions/{session_id}" in _remote_refs(m.remote)
+
+    # The same plan killed at the same point and resumed on its own machine.
+    c_dir, u_dir = tmp_path / "machine-c" / "repo", tmp_path / "machine-u" / "repo"
+    for where in (c_dir, u_dir):
+        git(tmp_path, "clone", "--quiet", str(m.remote), str(where))
+    c = Cli(c_dir, m.b.env, background)
+    c_effects = tmp_path / "c-effects"
+    c_session = _stopped_in_build(c, tmp_path, c_effects, "c")
+    c("resume", c_session, "--mode", "autopilot")
+    assert c_effects.read_text().split() == ["r0", "build", "build", "after"]
+    c_rolled = [e for e in _resume_events(c, c_session) if e["type"] == "step_rolled_back"]
+    # There the rollback deleted what the half-done step wrote; on B the tree that arrived
+    # lacked what the snapshot holds: each put its work tree back to the same snapshot.
+    assert c_rolled[0]["payload"]["restored"] == ["gen/one.txt"]
+    b_events = [_shape(e) for e in _resume_events(m.b, session_id)]
+    c_events = [_shape(e) for e in _resume_events(c, c_session)]
+    assert b_events == c_events
+
+    # An uninterrupted run of the same plan.
+    u = Cli(u_dir, m.b.env, background)
+    u.write("plan_steps.py", NOTE_STEP)
+    u.write("plan.yml", _build_plan(tmp_path / "u-effects", tmp_path / "a.napped", tmp_path / "u"))
+    u("run", "plan.yml")
+    for ws in (m.b.workspace, c_dir):
+        assert _files(ws) == _files(u_dir), ws
+        assert _commits(ws) == _commits(u_dir)
+
+
+def test_a_forged_or_missing_snapshot_on_the_remote_is_refused_and_retry_does_without(
+    machines: Machines, tmp_path: Path, pg_server: PgServer, dbname: str
+) -> None:
+    m = machines
+    session_id = _stopped_in_build(m.a, tmp_path, m.effects, "a")
+    ghost_ref = f"refs/acode/{session_id}/build-1"
+    # Someone with push rights points the snapshot's ref at a commit of their own.
+    m.b.write("gen/one.txt", "evil\n")
+    git(m.b.workspace, "add", "gen/one.txt")
+    git(m.b.workspace, "commit", "--quiet", "--message", "forged")
+    git(m.b.workspace, "push", "--quiet", "--force", "origin", f"HEAD:{ghost_ref}")
+    git(m.b.workspace, "reset", "--quiet", "--hard", "HEAD~1")
+    before, events = _untouched(m), _event_count(pg_server, dbname, session_id)
+
+    forged = m.b("resume", session_id, "--mode", "autopilot", expect=17)
+    assert "ACODE-HANDOFF-002" in forged.err, forged.describe()
+    assert f"{ghost_ref} on origin is at" in forged.flat_err
+    assert "the ref was moved or forged" in forged.flat_err
+    assert f"git push origin :{ghost_ref}" in forged.flat_err
+    assert "Traceback" not in forged.err
+    assert _untouched(m) == before
+    assert _event_count(pg_server, dbname, session_id) == events
+    assert _remote_ref(m.b.workspace, ghost_ref) is None  # nothing of it named here
+
+    git(m.b.workspace, "push", "--quiet", "origin", f":{ghost_ref}")
+    missing = m.b("resume", session_id, "--mode", "autopilot", expect=17)
+    assert "ACODE-HANDOFF-004" in missing.err, missing.describe()
+    needs = "does not have the snapshot of the work tree that the step's rollback needs"
+    assert needs in missing.flat_err
+    assert f"acode resume {session_id[:13]} --strategy retry" in missing.flat_err
+    assert _untouched(m) == before
+    assert _event_count(pg_server, dbname, session_id) == events
+
+    # The person's choice: the step runs again on the tree as recorded after `r0`.
+    m.b("resume", session_id, "--mode", "autopilot", "--strategy", "retry")
+    assert m.b.status(session_id)["state"] == "COMPLETED"
+    assert m.effects.read_text().split() == ["r0", "build", "build", "after"]
+    assert (m.b.workspace / "gen/one.txt").read_text() == "one\n"
+
+
+def test_a_snapshot_the_remote_lost_is_sent_again_by_acode_sync_on_the_first_machine(
     machines: Machines, tmp_path: Path
 ) -> None:
-    # A run step that is not idempotent is rolled back to its snapshot before it runs
-    # again; the snapshot is machine A's, and the tree that arrives is the same state.
     m = machines
-    session_id = _killed_in_a(m, tmp_path, idempotent=False)
+    session_id = _stopped_in_build(m.a, tmp_path, m.effects, "a")
+    ghost_ref = f"refs/acode/{session_id}/build-1"
+    git(m.a.workspace, "push", "--quiet", "origin", f":{ghost_ref}")  # as if never sent
+    missing = m.b("resume", session_id, "--mode", "autopilot", expect=17)
+    assert "ACODE-HANDOFF-004" in missing.err, missing.describe()
+    assert "acode sync there" in missing.flat_err
+
+    m.a("sync")
     done = m.b("resume", session_id, "--mode", "autopilot")
-    assert "nap -> retry" in done.out, done.describe()
+    assert "build -> rollback_retry" in done.out, done.describe()
+    assert m.effects.read_text().split() == ["r0", "build", "build", "after"]
+    assert (m.b.workspace / "notes/py.txt").read_text() == "noted\n"
+
+
+def test_a_run_step_paused_on_one_machine_is_rolled_back_on_another_half_done_files_gone(
+    machines: Machines, tmp_path: Path
+) -> None:
+    # The pause records the work tree as it stopped (gen/one.txt half written) on the
+    # session's ref: it arrives in B, and the rollback takes the step's work out of it
+    # before the step runs again, as it would in A.
+    m = machines
+    session_id = _stopped_in_build(m.a, tmp_path, m.effects, "a", pause=True)
+    assert m.a.status(session_id)["state"] == "PAUSED"
+
+    done = m.b("resume", session_id, "--mode", "autopilot")
+    assert "build -> rollback_retry" in done.out, done.describe()
+    assert "rolled back to snapshot" in done.out
     assert m.b.status(session_id)["state"] == "COMPLETED"
-    assert m.effects.read_text().split() == ["r", "r2"]
-    assert (m.b.workspace / "src/b.py").read_text() == "print(3)\n"
+    assert m.effects.read_text().split() == ["r0", "build", "build", "after"]
+    assert (m.b.workspace / "gen/one.txt").read_text() == "one\n"
+    assert (m.b.workspace / "gen/two.txt").read_text() == "two\n"
+    assert (m.b.workspace / "notes/py.txt").read_text() == "noted\n"
+    rolled = [e for e in _resume_events(m.b, session_id) if e["type"] == "step_rolled_back"]
+    assert rolled[0]["payload"]["restored"] == ["gen/one.txt"]
 
 
 def _event_count(pg: PgServer, dbname: str, session_id: str) -> int:

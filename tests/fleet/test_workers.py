@@ -102,6 +102,27 @@ def test_a_killed_workers_items_are_taken_when_its_leases_lapse(
     assert sorted((e["item"], e["epoch"]) for e in claims) == [(1, 2), (2, 2)]
 
 
+def test_a_killed_launcher_is_reported_and_its_session_resumed(
+    fleet: Fleet, bare_repo: Path
+) -> None:
+    effects = fleet.root / "effects"
+    trees = _queue(fleet, bare_repo, 1, effects, sleep=3)
+    a = fleet.worker("a", "--once")
+    fleet.wait_for("the session started", effects.exists)
+    (launcher,) = [e["pid"] for e in fleet.output("a") if e["event"] == "launcher"]
+
+    os.kill(launcher, signal.SIGKILL)
+
+    # Its session paused with it; the worker lets the item's lease lapse, takes it again
+    # and resumes the session from its last completed step with a new launcher.
+    assert a.wait(120) == 0
+    _check_done(fleet, bare_repo, trees, effects)
+    events = [e["event"] for e in fleet.output("a")]
+    assert (events.count("launcher_died"), events.count("launcher")) == (1, 2), events
+    claims = [e for e in fleet.output("a") if e["event"] == "claimed"]
+    assert [(e["epoch"], e["action"]) for e in claims] == [(1, "start"), (2, "resume")]
+
+
 def _ssh(path: Path, body: str) -> str:
     """A stand-in for ssh: git runs ``ssh HOST COMMAND``; this runs COMMAND here."""
     path.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from acode.engine.handoff import HandoffStatus
     from acode.operations.inspection import SessionDetail
     from acode.store.base import EventStore
+    from acode.store.leases import LeaseHolder
 
 __all__ = [
     "session_checkpoint",
@@ -58,6 +59,7 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
         position = _position(store, detail)
         handoff = _handoff(detail, workspace, config)
         location = store.location
+        lease = _lease(store, detail.row.id) if config.store.url is not None else None
     print_status(
         detail.row,
         detail.summary,
@@ -68,7 +70,16 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
         position=position,
         handoff=handoff,
         store=location,
+        lease=lease,
     )
+
+
+def _lease(store: EventStore, session_id: str) -> LeaseHolder | None:
+    """The holder of the session's lease in the PostgreSQL store: a process of any
+    machine, which this machine's lock file does not see."""
+    from acode.store.postgres.store import PostgresStore
+
+    return store.lease_holder(session_id) if isinstance(store, PostgresStore) else None
 
 
 def _handoff(detail: SessionDetail, workspace: Path, config: AcodeConfig) -> HandoffStatus | None:

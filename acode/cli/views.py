@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from acode.engine.handoff import HandoffStatus
     from acode.resume.environment import ChangedFile, EnvironmentReport, RollbackPreview
     from acode.resume.service import ResumePreview
+    from acode.store.leases import LeaseHolder
     from acode.store.records import SessionRow
     from acode.sync.status import SyncStatus
 
@@ -157,15 +158,18 @@ def print_status(
     position: Position | None = None,
     handoff: HandoffStatus | None = None,
     store: str | None = None,
+    lease: LeaseHolder | None = None,
 ) -> None:
     """``sync`` None: no remote is configured. ``position``: the step the session is at,
     placed in its plan. ``handoff`` None: hand-off is off. ``store``: where the sessions
-    are kept (``EventStore.location``: no password)."""
+    are kept (``EventStore.location``: no password). ``lease``: the holder of its lease
+    in a PostgreSQL store, of any machine."""
     in_store = store is not None and store.startswith(POSTGRESQL)
     if as_json:
         data = session_json(row, summary)
         data["position"] = position.to_dict() if position is not None else None
         data["lock"] = lock_holder
+        data["lease"] = _lease_json(lease)
         data["store"] = store_json(store, row.workspace) if store is not None else None
         data["sync"] = status_sync_json(sync, in_store=in_store)
         data["usage"] = usage.to_dict() if usage is not None else None
@@ -196,7 +200,10 @@ def print_status(
     if usage is not None and usage.calls:
         lines.append(f"Model:   {usage_line(usage)}")
     lines.append(f"Updated: {ago(row.updated_at, _now_us())} ({iso(row.updated_at)})")
-    lines.append(f"Lock:    {lock_holder or 'free'}")
+    if lock_holder is None and lease is not None:  # running on another machine
+        lines.append(f"Lock:    free here; the store's lease: {_lease_text(lease)}")
+    else:
+        lines.append(f"Lock:    {lock_holder or 'free'}")
     if store is not None and in_store:
         lines += store_lines(store, row.workspace)
     else:
@@ -208,6 +215,26 @@ def print_status(
         lines += handoff_lines(handoff, running=lock_holder is not None, resume_id=resume_id)
     for line in lines:
         console.print(line, markup=False)
+
+
+def _lease_text(lease: LeaseHolder) -> str:
+    from acode.store.leases import iso as lease_iso
+
+    return f"{lease.describe()}, until {lease_iso(lease.expires)} (epoch {lease.epoch})"
+
+
+def _lease_json(lease: LeaseHolder | None) -> dict[str, Any] | None:
+    if lease is None:
+        return None
+    from acode.store.leases import iso as lease_iso
+
+    return {
+        "host": lease.host,
+        "pid": lease.pid,
+        "since": lease_iso(lease.since),
+        "expires": lease_iso(lease.expires),
+        "epoch": lease.epoch,
+    }
 
 
 def print_steps(steps: list[StepRecord]) -> None:

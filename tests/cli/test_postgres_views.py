@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import Background, Cli, plan_yaml
+from tests.cli.conftest import Background, Cli, plan_yaml, step_started
 from tests.cli.test_handoff_resume import Machines, git, machines  # noqa: F401
 from tests.support.postgres import PASSWORD_ROLE, PgServer, scratch_database
 
@@ -259,3 +259,28 @@ def test_a_workspace_without_sessions_in_postgresql_is_told_where_it_looked(
     status = other("status", expect=14)
     assert where in status.flat_err, status.describe()
     assert "store.workspace" in status.flat_err
+
+
+def test_status_in_another_clone_names_the_lease_of_a_session_running_there(
+    machines: Machines,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    m = machines
+    pids = m.a.watch_pids(str(tmp_path / "pids"))
+    nap = f"echo $$ >> {pids}; sleep 30"
+    m.a.write("plan.yml", plan_yaml("Running in A", f"{{id: nap, run: '{nap}', idempotent: true}}"))
+    run = m.a.start("run", "plan.yml")
+    step_started(m.a, run, pids)
+    (session,) = m.b.sessions()
+    shown = m.b("status")
+    # B's lock file is free: the lease in the store says who runs it.
+    assert f"Lock:    free here; the store's lease: pid {run.proc.pid} on host" in shown.out, (
+        shown.describe()
+    )
+    lease = m.b("status", "--json").json()["lease"]
+    assert (lease["pid"], lease["epoch"]) == (run.proc.pid, 1)
+    assert f"Lock:    pid {run.proc.pid}" in m.a("status").out  # its own machine's lock
+    run.proc.terminate()  # pauses the session, which gives its lease back
+    m.a.finish(run, expect=130)
+    assert m.b.status(session["id"])["lease"] is None
+    assert "Lock:    free" in m.b("status").out

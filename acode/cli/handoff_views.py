@@ -64,6 +64,8 @@ def arrival_lines(arrival: Arrival | None, *, dry_run: bool) -> list[str]:
 
 def handoff_summary(status: HandoffStatus) -> str:
     """The hand-off in a few words."""
+    if status.elsewhere is not None:
+        return "recorded in another clone; this one does not hold its work tree"
     if not status.in_git:
         return "nothing to record: the workspace is not in a git repository"
     if status.recorded is None:
@@ -78,11 +80,32 @@ def handoff_summary(status: HandoffStatus) -> str:
     return f"{steps} not pushed yet"
 
 
-def handoff_lines(status: HandoffStatus | None, running: bool) -> list[str]:
+def handoff_lines(
+    status: HandoffStatus | None, running: bool, resume_id: str | None = None
+) -> list[str]:
     """The `Hand-off:` section of `acode status`; none when hand-off is off.
-    ``running``: a process holds the session (its pusher retries by itself)."""
+    ``running``: a process holds the session (its pusher retries by itself);
+    ``resume_id``: the id to resume it by, None when it cannot be resumed."""
     if status is None:
         return []
+    if status.elsewhere is not None:
+        lines = [
+            f"Hand-off: {handoff_summary(status)}",
+            f"  Ref:      {status.ref} -> {status.remote}",
+            f"  Recorded: {_short(status.elsewhere)} (the history names it); here: "
+            f"{_short(status.recorded)}",
+        ]
+        if resume_id is not None:
+            lines.append(
+                f"  Bring it here with: acode resume {resume_id} "
+                "(--dry-run first shows what it fetches and changes)"
+            )
+        else:
+            lines.append(
+                f"  See it with: git fetch {status.remote} {status.ref} && git show --stat "
+                "FETCH_HEAD"
+            )
+        return lines
     if not status.in_git:
         return [f"Hand-off: {handoff_summary(status)}"]
     now = time.time_ns() // 1000
@@ -112,6 +135,8 @@ def handoff_lines(status: HandoffStatus | None, running: bool) -> list[str]:
 
 
 def _state(status: HandoffStatus) -> str:
+    if status.elsewhere is not None:
+        return "elsewhere"
     if not status.in_git:
         return "no_repository"
     if status.recorded is None:
@@ -138,6 +163,7 @@ def handoff_json(status: HandoffStatus | None) -> dict[str, Any] | None:
         "failing_since": iso(status.failing_since_us) if status.failing_since_us else None,
         "reason": status.reason,
         "next_try": iso(status.next_try_us) if status.next_try_us else None,
+        "elsewhere": status.elsewhere,
     }
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from acode.engine.handoff import HandoffStatus
     from acode.operations.inspection import SessionDetail
     from acode.store.base import EventStore
+    from acode.store.leases import LeaseHolder
 
 __all__ = [
     "session_checkpoint",
@@ -46,10 +47,19 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
     with read_store(workspace) as store:
         if store is None:
             raise _no_sessions(workspace)
-        detail = session_detail(store, workspace, session_id)
+        try:
+            detail = session_detail(
+                store, workspace, session_id, worktree=bool(config.handoff.remote)
+            )
+        except NothingToResumeError:  # none at all: where it looked, in a shared store
+            if config.store.url is None:
+                raise
+            raise _none_in_store(workspace, store, config) from None
         sync = sync_status(store, detail.row, config.sync.remote)
         position = _position(store, detail)
         handoff = _handoff(detail, workspace, config)
+        location = store.location
+        lease = _lease(store, detail.row.id) if config.store.url is not None else None
     print_status(
         detail.row,
         detail.summary,
@@ -59,7 +69,17 @@ def status(workspace: Path, session_id: str | None, as_json: bool) -> None:
         usage=detail.usage,
         position=position,
         handoff=handoff,
+        store=location,
+        lease=lease,
     )
+
+
+def _lease(store: EventStore, session_id: str) -> LeaseHolder | None:
+    """The holder of the session's lease in the PostgreSQL store: a process of any
+    machine, which this machine's lock file does not see."""
+    from acode.store.postgres.store import PostgresStore
+
+    return store.lease_holder(session_id) if isinstance(store, PostgresStore) else None
 
 
 def _handoff(detail: SessionDetail, workspace: Path, config: AcodeConfig) -> HandoffStatus | None:
@@ -69,7 +89,7 @@ def _handoff(detail: SessionDetail, workspace: Path, config: AcodeConfig) -> Han
         return None
     from acode.engine.handoff import handoff_status
 
-    return handoff_status(detail.row, workspace, config.handoff)
+    return handoff_status(detail.row, workspace, config.handoff, detail.worktree)
 
 
 def _no_sessions(workspace: Path) -> NothingToResumeError:
@@ -78,6 +98,30 @@ def _no_sessions(workspace: Path) -> NothingToResumeError:
         f"no sessions in {workspace}",
         hint='start one with `acode run PLAN.yaml` or `acode run "TASK"`',
     )
+
+
+def _none_in_store(workspace: Path, store: EventStore, config: AcodeConfig) -> NothingToResumeError:
+    """For a command that shows the most recent session of a workspace none of whose
+    sessions the PostgreSQL store holds: where it looked, and why another clone's
+    sessions may not be seen."""
+    error = _no_sessions(workspace)
+    return NothingToResumeError(
+        f"no sessions of {_in_store(workspace, store, config)}",
+        hint=f"{error.hint}; {_SHARED_NAME}" if config.store.workspace is None else error.hint,
+    )
+
+
+# Why a clone in another directory sees none of the sessions recorded in this one.
+_SHARED_NAME = (
+    "the sessions of a clone in another directory are seen only under a store.workspace "
+    "name both set in .agent/config.yml (docs/fleet.md)"
+)
+
+
+def _in_store(workspace: Path, store: EventStore, config: AcodeConfig) -> str:
+    from acode.engine.store_choice import workspace_identity
+
+    return f"workspace {workspace_identity(workspace, config.store)} in {store.location}"
 
 
 def _position(store: EventStore, detail: SessionDetail) -> Position | None:
@@ -96,8 +140,14 @@ def session_list(
 
         list_remote(workspace, resumable=resumable, show_all=show_all, as_json=as_json)
         return
+    empty_in = None
     with read_store(workspace) as store:
         rows = store.sessions() if store is not None else []
+        if not rows and store is not None and not as_json:
+            empty_in = _empty_store(workspace, store)
+    if empty_in is not None:
+        out_console().print(empty_in, markup=False)
+        return
     if not show_all:
         rows = [r for r in rows if not r.archived]
     if resumable:
@@ -105,6 +155,23 @@ def session_list(
 
         rows = [r for r in rows if is_resumable_row(r)]
     print_session_list(rows, as_json)
+
+
+def _empty_store(workspace: Path, store: EventStore) -> str | None:
+    """What `session list` says of a workspace none of whose sessions the PostgreSQL
+    store holds; None for its SQLite file."""
+    from acode.engine.config import load_config
+
+    config = load_config(workspace)
+    if config.store.url is None:
+        return None
+    lines = [
+        f"No sessions of {_in_store(workspace, store, config)} yet. "
+        "Start one with: acode run PLAN.yaml"
+    ]
+    if config.store.workspace is None:
+        lines.append(f"{_SHARED_NAME[0].upper()}{_SHARED_NAME[1:]}.")
+    return "\n".join(lines)
 
 
 def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
@@ -119,6 +186,7 @@ def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
         detail = session_detail(store, workspace, session_id)
         sync = sync_status(store, detail.row, remote)
         position = _position(store, detail) if not as_json else None
+        location = store.location
     if as_json:
         data = session_json(detail.row, detail.summary)
         data["lock"] = detail.lock_holder
@@ -136,7 +204,13 @@ def session_show(workspace: Path, session_id: str, as_json: bool) -> None:
         emit_json(data)
         return
     print_status(
-        detail.row, detail.summary, detail.lock_holder, as_json=False, sync=sync, position=position
+        detail.row,
+        detail.summary,
+        detail.lock_holder,
+        as_json=False,
+        sync=sync,
+        position=position,
+        store=location,
     )
     if detail.steps:
         out_console().print()

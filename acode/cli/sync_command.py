@@ -32,14 +32,26 @@ def configured_remote(workspace: Path) -> str | None:
 
 
 def _require_remote(workspace: Path) -> str:
-    remote = configured_remote(workspace)
-    if remote is None:
+    config = load_config(workspace)
+    if config.store.url is not None:
+        raise UsageError(
+            f"the sessions of {workspace} are in the PostgreSQL store itself: there is no "
+            "remote mirror to list",
+            hint=f"acode session list -w {_quoted(workspace)} lists them from the store",
+        )
+    if config.sync.remote is None:
         raise UsageError(
             f"no remote is configured for {workspace}",
             hint="set sync.remote in .agent/config.yml or ACODE_SYNC_DSN to a PostgreSQL URL "
             "(docs/sync.md)",
         )
-    return remote
+    return config.sync.remote
+
+
+def _quoted(workspace: Path) -> str:
+    import shlex
+
+    return shlex.quote(str(workspace))
 
 
 def run_sync(workspace: Path, *, wait: bool, timeout: float, as_json: bool) -> int:
@@ -48,6 +60,14 @@ def run_sync(workspace: Path, *, wait: bool, timeout: float, as_json: bool) -> i
     if timeout <= 0:
         raise UsageError(f"--timeout {timeout:g}: expected a number of seconds above 0")
     config = load_config(workspace)
+    if config.store.url is not None and config.handoff.remote is None:
+        # store.url and sync.remote exclude each other: the mirror is not the fix here.
+        raise UsageError(
+            f"nothing to sync for {workspace}: its sessions are in the PostgreSQL store "
+            "itself, every step committed there",
+            hint="to move work trees between machines, set handoff.remote in "
+            ".agent/config.yml to a git remote such as origin (docs/fleet.md)",
+        )
     if config.sync.remote is None and config.handoff.remote is None:
         raise UsageError(
             f"no remote is configured for {workspace}",

@@ -24,6 +24,8 @@ __all__ = [
     "print_sync_report",
     "status_sync_json",
     "status_sync_lines",
+    "store_json",
+    "store_lines",
     "sync_report_json",
     "sync_summary",
 ]
@@ -85,9 +87,10 @@ def status_sync_lines(status: SyncStatus | None, running: bool) -> list[str]:
     return lines
 
 
-def status_sync_json(status: SyncStatus | None) -> dict[str, Any]:
+def status_sync_json(status: SyncStatus | None, *, in_store: bool = False) -> dict[str, Any]:
+    """``in_store``: the sessions are in a PostgreSQL store, which needs no sync."""
     if status is None:
-        return {"status": "local", "remote": None}
+        return {"status": "in_store" if in_store else "local", "remote": None}
     return {
         "status": status.mode.value,
         "remote": status.remote,
@@ -100,6 +103,24 @@ def status_sync_json(status: SyncStatus | None) -> dict[str, Any]:
         "failures": status.failures,
         "down_since": _iso(status.down_since),
     }
+
+
+POSTGRESQL = "postgresql://"  # how the PostgreSQL store's location starts (no password)
+
+
+def store_lines(location: str, workspace: str) -> list[str]:
+    """Where a session in a PostgreSQL store is kept, in place of the `Sync:` section:
+    there is no mirror to sync with (store.url and sync.remote exclude each other)."""
+    return [
+        f"Store:   {location} (PostgreSQL, workspace {workspace})",
+        "Sync:    none needed: every step commits to the store",
+    ]
+
+
+def store_json(location: str, workspace: str) -> dict[str, Any]:
+    """``location``: the SQLite file, or the PostgreSQL store's URL without a password."""
+    kind = "postgresql" if location.startswith(POSTGRESQL) else "sqlite"
+    return {"kind": kind, "location": location, "workspace": workspace}
 
 
 def _report_json(report: SyncReport, short: dict[str, str]) -> dict[str, Any]:

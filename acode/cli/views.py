@@ -19,7 +19,14 @@ from acode.cli.console import (
     print_lines,
 )
 from acode.cli.handoff_views import arrival_lines, handoff_json, handoff_lines
-from acode.cli.sync_views import status_sync_json, status_sync_lines, sync_summary
+from acode.cli.sync_views import (
+    POSTGRESQL,
+    status_sync_json,
+    status_sync_lines,
+    store_json,
+    store_lines,
+    sync_summary,
+)
 from acode.security.redaction import redact, redact_json
 
 if TYPE_CHECKING:
@@ -33,6 +40,7 @@ if TYPE_CHECKING:
     from acode.engine.handoff import HandoffStatus
     from acode.resume.environment import ChangedFile, EnvironmentReport, RollbackPreview
     from acode.resume.service import ResumePreview
+    from acode.store.leases import LeaseHolder
     from acode.store.records import SessionRow
     from acode.sync.status import SyncStatus
 
@@ -149,14 +157,21 @@ def print_status(
     usage: Usage | None = None,
     position: Position | None = None,
     handoff: HandoffStatus | None = None,
+    store: str | None = None,
+    lease: LeaseHolder | None = None,
 ) -> None:
     """``sync`` None: no remote is configured. ``position``: the step the session is at,
-    placed in its plan. ``handoff`` None: hand-off is off."""
+    placed in its plan. ``handoff`` None: hand-off is off. ``store``: where the sessions
+    are kept (``EventStore.location``: no password). ``lease``: the holder of its lease
+    in a PostgreSQL store, of any machine."""
+    in_store = store is not None and store.startswith(POSTGRESQL)
     if as_json:
         data = session_json(row, summary)
         data["position"] = position.to_dict() if position is not None else None
         data["lock"] = lock_holder
-        data["sync"] = status_sync_json(sync)
+        data["lease"] = _lease_json(lease)
+        data["store"] = store_json(store, row.workspace) if store is not None else None
+        data["sync"] = status_sync_json(sync, in_store=in_store)
         data["usage"] = usage.to_dict() if usage is not None else None
         data["handoff"] = handoff_json(handoff)
         emit_json(data)
@@ -185,11 +200,41 @@ def print_status(
     if usage is not None and usage.calls:
         lines.append(f"Model:   {usage_line(usage)}")
     lines.append(f"Updated: {ago(row.updated_at, _now_us())} ({iso(row.updated_at)})")
-    lines.append(f"Lock:    {lock_holder or 'free'}")
-    lines += status_sync_lines(sync, running=lock_holder is not None)
-    lines += handoff_lines(handoff, running=lock_holder is not None)
+    if lock_holder is None and lease is not None:  # running on another machine
+        lines.append(f"Lock:    free here; the store's lease: {_lease_text(lease)}")
+    else:
+        lines.append(f"Lock:    {lock_holder or 'free'}")
+    if store is not None and in_store:
+        lines += store_lines(store, row.workspace)
+    else:
+        lines += status_sync_lines(sync, running=lock_holder is not None)
+    if handoff is not None:
+        from acode.engine.catalog import is_resumable_row
+
+        resume_id = row.short_id if is_resumable_row(row) else None
+        lines += handoff_lines(handoff, running=lock_holder is not None, resume_id=resume_id)
     for line in lines:
         console.print(line, markup=False)
+
+
+def _lease_text(lease: LeaseHolder) -> str:
+    from acode.store.leases import iso as lease_iso
+
+    return f"{lease.describe()}, until {lease_iso(lease.expires)} (epoch {lease.epoch})"
+
+
+def _lease_json(lease: LeaseHolder | None) -> dict[str, Any] | None:
+    if lease is None:
+        return None
+    from acode.store.leases import iso as lease_iso
+
+    return {
+        "host": lease.host,
+        "pid": lease.pid,
+        "since": lease_iso(lease.since),
+        "expires": lease_iso(lease.expires),
+        "epoch": lease.epoch,
+    }
 
 
 def print_steps(steps: list[StepRecord]) -> None:
@@ -408,6 +453,10 @@ def _rollback_lines(rollback: RollbackPreview) -> list[str]:
     return lines
 
 
+def _unsynced(preview: ResumePreview) -> str:
+    return "none needed: in the PostgreSQL store" if preview.in_store else "local only"
+
+
 def _agent_lines(preview: ResumePreview) -> list[str]:
     if preview.agent is None:
         return []
@@ -481,7 +530,7 @@ def print_preview(
         ]
         if c is not None and c.in_progress:
             lines.append(f"  In progress: {c.in_progress} ({c.in_progress_action})")
-        sync = sync_summary(preview.sync) if preview.sync else "local only"
+        sync = sync_summary(preview.sync) if preview.sync else _unsynced(preview)
         lines.append(f"  Sync status: {sync}")
         lines += arrival_lines(preview.handoff, dry_run=True)
         lines += _agent_lines(preview)

@@ -238,19 +238,28 @@ class HandoffStatus(NamedTuple):
     next_try_us: int | None
     conflict: bool
     in_git: bool  # the workspace is in a git work tree: there is something to record
+    # The commit the history names last, when this clone's ref does not hold it: the
+    # work tree was recorded in another clone (another machine); None: it is here.
+    elsewhere: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
 
 
 def handoff_status(
-    row: SessionRow, workspace: Path, settings: HandoffSettings
+    row: SessionRow, workspace: Path, settings: HandoffSettings, named: str | None = None
 ) -> HandoffStatus | None:
-    """None when hand-off is off."""
+    """None when hand-off is off. ``named``: the commit the session's (verified) history
+    names last, None when it recorded none."""
     if not settings.remote:
         return None
     ref = handoff_ref(row.id)
     found = read_ref(workspace, ref)
+    elsewhere = None
+    if named is not None and (found is None or found.commit != named):
+        from acode.system.handoff_fetch import holds
+
+        elsewhere = None if holds(workspace, ref, named) else named
     in_git = found is not None or is_work_tree(workspace)
     state = read_state(StatePaths(workspace), row.id)
     recorded = found.commit if found is not None else None
@@ -273,6 +282,7 @@ def handoff_status(
         next_try_us=state.next_try_us,
         conflict=state.conflict,
         in_git=in_git,
+        elsewhere=elsewhere,
     )
 
 

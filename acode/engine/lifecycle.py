@@ -54,6 +54,7 @@ __all__ = [
     "open_session",
     "open_workspace",
     "open_workspace_store",
+    "refuse_mirror_of_postgres",
     "session_config",
     "start_session",
     "store_identity",
@@ -75,7 +76,7 @@ def open_workspace(workspace: Path | str = ".", config: AcodeConfig | None = Non
     root = Path(workspace).resolve()
     paths = StatePaths(root)
     cfg = config if config is not None else load_config(root)
-    _refuse_mirror_of_postgres(cfg)
+    refuse_mirror_of_postgres(cfg)
     paths.check_database()
     with suppress(FileExistsError):  # a link or a file there: refused below
         paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -115,7 +116,8 @@ def store_identity(ws: Workspace) -> str:
     return workspace_identity(ws.root, ws.config.store)
 
 
-def _refuse_mirror_of_postgres(config: AcodeConfig) -> None:
+def refuse_mirror_of_postgres(config: AcodeConfig) -> None:
+    """ConfigError when both store.url and sync.remote are set (`acode doctor` says it too)."""
     # The mirror pushes the events of the SQLite file (acode/sync); with the sessions in
     # PostgreSQL there is nothing there to push, and they are on a server already.
     if config.store.url is not None and config.sync.remote is not None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
 from acode.domain.config import ENGINE_CLIS, AcodeConfig, ModelSettings
 from acode.errors import AcodeError
@@ -41,6 +42,17 @@ class Check:
     fix: str | None = None  # a command that works when pasted, where there is one
 
 
+class InStore(NamedTuple):
+    """The workspace's sessions in a PostgreSQL store: where (no password), and what
+    pruning them all would free there (None: not known, the store did not answer)."""
+
+    shown: str
+    bytes: int | None
+
+
+_UNKNOWN = InStore("the PostgreSQL store", None)  # one the database check failed on
+
+
 # The model server's check, given by the caller: the resume's probe lives above this
 # layer. It returns None when the server answers with the model, else (problem, fix).
 ModelProbe = Callable[[AcodeConfig], tuple[str, str] | None]
@@ -56,7 +68,12 @@ def diagnose(workspace: Path, model_probe: ModelProbe) -> list[Check]:
     paths = StatePaths(workspace)
     checks = [python_check(), sqlite_check(), key_check(paths.db.exists())]
     checks += state_dir_checks(paths.state_dir, paths.locks)
-    database, backlog = _store_check(workspace) or database_check(paths.db)
+    stored = _store_check(workspace)
+    in_store = None
+    if stored is None:
+        database, backlog = database_check(paths.db)
+    else:
+        (database, in_store), backlog = stored, None
     checks += [database, git_check(workspace)]
     config, loaded = config_check(workspace)
     checks.append(config)
@@ -65,9 +82,10 @@ def diagnose(workspace: Path, model_probe: ModelProbe) -> list[Check]:
         checks += [Check(n, Status.SKIP, skipped) for n in ("model", "remote")]
     else:
         checks += [model_check(loaded, model_probe), *remote_checks(loaded, backlog)]
+        checks += handoff_checks(workspace, loaded)
         checks += engine_checks(loaded)
     limit = loaded.retention.max_state_bytes if loaded is not None else None
-    checks.append(size_check(paths.state_dir, limit))
+    checks.append(size_check(paths.state_dir, limit, in_store))
     return checks
 
 
@@ -206,10 +224,10 @@ def database_check(db: Path) -> tuple[Check, int | None]:
     ), health.backlog
 
 
-def _store_check(workspace: Path) -> tuple[Check, None] | None:
-    """The PostgreSQL store's check, where ``store.url`` names one; None: the workspace's
-    sessions are in its SQLite file (or its configuration cannot be read, which the
-    config check reports)."""
+def _store_check(workspace: Path) -> tuple[Check, InStore] | None:
+    """The PostgreSQL store's check, where ``store.url`` names one, and what the
+    workspace holds there; None: the workspace's sessions are in its SQLite file (or its
+    configuration cannot be read, which the config check reports)."""
     from acode.engine.store_choice import scoped_store_url
 
     try:
@@ -218,17 +236,18 @@ def _store_check(workspace: Path) -> tuple[Check, None] | None:
         return None
     if url is None:
         return None
-    return store_check(url), None
+    return store_check(url)
 
 
-def store_check(url: str) -> Check:
+def store_check(url: str) -> tuple[Check, InStore]:
     """The check of the store at ``url``, narrowed to the workspace's sessions."""
     from acode.store.base import store_health
 
     try:
         health = store_health(url)
     except AcodeError as exc:
-        return Check("database", Status.FAIL, exc.message)
+        return Check("database", Status.FAIL, exc.message, exc.hint), _UNKNOWN
+    held = InStore(health.shown, health.bytes)
     if health.schema > health.latest:
         return Check(
             "database",
@@ -236,14 +255,14 @@ def store_check(url: str) -> Check:
             f"{health.shown}: schema version {health.schema}, newer than this acode's "
             f"{health.latest}",
             "python3 -m pip install -U acode",
-        )
+        ), _UNKNOWN
     if health.schema == 0:
-        return Check("database", Status.OK, f"{health.shown}: no sessions yet")
+        return Check("database", Status.OK, f"{health.shown}: no sessions yet"), held
     older = " (upgraded at its next opening)" if health.schema < health.latest else ""
     count = f"{health.sessions} session{'s' if health.sessions != 1 else ''} of this workspace"
     return Check(
         "database", Status.OK, f"{health.shown}: schema version {health.schema}{older}, {count}"
-    )
+    ), held
 
 
 def git_check(workspace: Path) -> Check:
@@ -280,13 +299,50 @@ def git_check(workspace: Path) -> Check:
 
 def config_check(workspace: Path) -> tuple[Check, AcodeConfig | None]:
     from acode.engine.config import CONFIG_RELATIVE, load_config
+    from acode.engine.lifecycle import refuse_mirror_of_postgres
 
     try:
         config = load_config(workspace)
     except AcodeError as exc:
         return Check("config", Status.FAIL, exc.message, exc.hint), None
+    try:
+        refuse_mirror_of_postgres(config)
+    except AcodeError as exc:  # read, and refused by every command that runs a session
+        return Check("config", Status.FAIL, exc.message, exc.hint), config
     read = "read" if (workspace / CONFIG_RELATIVE).exists() else "absent: the defaults apply"
+    written = _password_in_file(config)
+    if written is not None:
+        key, variable = written
+        return Check(
+            "config",
+            Status.WARN,
+            f"{CONFIG_RELATIVE} read; its {key} holds a password, in a file of the workspace "
+            "(often committed)",
+            f"move the password to ~/.pgpass (or give the whole URL as {variable}), then "
+            f"remove it from {CONFIG_RELATIVE}",
+        ), config
     return Check("config", Status.OK, f"{CONFIG_RELATIVE} {read}"), config
+
+
+def _password_in_file(config: AcodeConfig) -> tuple[str, str] | None:
+    """The key of the config file whose PostgreSQL URL holds a password, and the
+    variable that would give it instead; a variable that is set wins over the file."""
+    import re
+    from urllib.parse import urlsplit
+
+    for key, variable, url in (
+        ("store.url", "ACODE_STORE_URL", config.store.url),
+        ("sync.remote", "ACODE_SYNC_DSN", config.sync.remote),
+    ):
+        if url is None or os.environ.get(variable):
+            continue
+        try:
+            in_url = urlsplit(url).password if "://" in url else None
+        except ValueError:  # reported by the commands that connect
+            in_url = None
+        if in_url or re.search(r"(?:^|[\s?&])password=", url):
+            return key, variable
+    return None
 
 
 def model_check(config: AcodeConfig, probe: ModelProbe) -> Check:
@@ -302,6 +358,11 @@ def model_check(config: AcodeConfig, probe: ModelProbe) -> Check:
 
 def remote_checks(config: AcodeConfig, backlog: int | None) -> list[Check]:
     dsn = config.sync.remote
+    if config.store.url is not None:
+        # The two exclude each other: a mirror is nothing to set up here.
+        return [
+            Check("remote", Status.SKIP, "none needed: the sessions are in the PostgreSQL store")
+        ]
     if dsn is None:
         return [Check("remote", Status.SKIP, "no remote configured (sync.remote)")]
     from acode.sync.remote import connect_remote
@@ -322,6 +383,47 @@ def remote_checks(config: AcodeConfig, backlog: int | None) -> list[Check]:
             "sync backlog", Status.WARN, f"{backlog} events wait for the remote", "acode sync"
         )
     return [remote, pending]
+
+
+def handoff_checks(workspace: Path, config: AcodeConfig) -> list[Check]:
+    """Only with ``handoff.remote``: the git remote it names exists here (looked up, not
+    reached), and with a PostgreSQL store, the workspace has a name its clones share."""
+    remote = config.handoff.remote
+    if remote is None:
+        return []
+    from acode.system.git_command import run_git
+
+    found = run_git(workspace, ["remote", "get-url", remote])
+    if found.returncode != 0:
+        return [
+            Check(
+                "handoff",
+                Status.FAIL,
+                f"no git remote named {remote} in {workspace}: the work trees cannot be pushed",
+                f"git remote add {shlex.quote(remote)} URL   # the repository's URL",
+            )
+        ]
+    from acode.domain.config import mask_credentials
+
+    detail = f"{remote} is {mask_credentials(found.stdout.strip())}"
+    if config.store.url is None:
+        return [Check("handoff", Status.OK, detail)]
+    if config.store.workspace is None:
+        return [
+            Check(
+                "handoff",
+                Status.WARN,
+                f"{detail}; no store.workspace: a clone in another directory sees none of "
+                "this workspace's sessions",
+                "set store.workspace in .agent/config.yml to a name every clone shares, "
+                "such as the repository's (docs/fleet.md)",
+            )
+        ]
+    return [
+        Check(
+            "handoff", Status.OK, f"{detail}; the clones share workspace {config.store.workspace}"
+        )
+    ]
 
 
 def engine_checks(config: AcodeConfig) -> list[Check]:
@@ -361,31 +463,44 @@ def _engine_check(name: str, config: AcodeConfig) -> Check:
     return Check(f"engine {name}", Status.OK, f"{version} ({found})")
 
 
-def size_check(state_dir: Path, limit: int | None = None) -> Check:
+def size_check(state_dir: Path, limit: int | None = None, in_store: InStore | None = None) -> Check:
     """The state directory's size, and the part retention weighs (the database and the
-    progress files) against ``retention.max_state_bytes``."""
+    progress files) against ``retention.max_state_bytes``. ``in_store``: the sessions are
+    in PostgreSQL, where the database part is what pruning them all would free there
+    (docs/retention.md), not a file here."""
     from acode.system.workspace import StatePaths
 
-    if not state_dir.is_dir():
+    if not state_dir.is_dir() and in_store is None:
         return Check("state size", Status.SKIP, "no state yet")
     total = sum(_sizes(state_dir))
     detail = f"{total:,} bytes in {state_dir}"
+    held, stored = "the database and progress files hold", 0
+    if in_store is not None:
+        if in_store.bytes is None:
+            unknown = f"{detail}; the sessions' size in {in_store.shown} is not known"
+            if limit is None:
+                return Check("state size", Status.OK, unknown)
+            return Check(
+                "state size",
+                Status.WARN,
+                f"{unknown}: not weighed against retention.max_state_bytes ({limit:,})",
+            )
+        detail += f"; this workspace's sessions hold {in_store.bytes:,} in {in_store.shown}"
+        held, stored = "they and the progress files hold", in_store.bytes
     if limit is None:
         return Check("state size", Status.OK, f"{detail}; no retention.max_state_bytes")
-    weighed = StatePaths(state_dir.parent.parent).state_bytes()
+    weighed = StatePaths(state_dir.parent.parent).state_bytes() + stored
     if weighed > limit:
         return Check(
             "state size",
             Status.FAIL,
-            f"{detail}; the database and progress files hold {weighed:,}, over "
-            f"retention.max_state_bytes ({limit:,})",
+            f"{detail}; {held} {weighed:,}, over retention.max_state_bytes ({limit:,})",
             f"acode session prune --dry-run -w {shlex.quote(str(state_dir.parent.parent))}",
         )
     return Check(
         "state size",
         Status.OK,
-        f"{detail}; the database and progress files hold {weighed:,}, within "
-        f"retention.max_state_bytes ({limit:,})",
+        f"{detail}; {held} {weighed:,}, within retention.max_state_bytes ({limit:,})",
     )
 
 

@@ -59,6 +59,8 @@ class SessionDetail(NamedTuple):
     steps: list[StepRecord]
     lock_holder: str | None
     usage: Usage
+    # The commit of the work tree the history names last (hand-off); None: it names none.
+    worktree: str | None = None
 
 
 def lock_holder(workspace: Path, session_id: str) -> str | None:
@@ -67,7 +69,11 @@ def lock_holder(workspace: Path, session_id: str) -> str | None:
     return holder(StatePaths(workspace).locks, session_id)
 
 
-def session_detail(store: EventStore, workspace: Path, id_or_prefix: str | None) -> SessionDetail:
+def session_detail(
+    store: EventStore, workspace: Path, id_or_prefix: str | None, *, worktree: bool = False
+) -> SessionDetail:
+    """``worktree``: read the commit of the work tree the history names last (hand-off)."""
+    from acode.domain.events import EventType
     from acode.engine.catalog import model_usage
     from acode.engine.journal import Journal
     from acode.security.signing import load_signer
@@ -76,12 +82,14 @@ def session_detail(store: EventStore, workspace: Path, id_or_prefix: str | None)
     row = chosen_session(store, id_or_prefix)
     journal = Journal.load(store, row, SystemClock(), load_signer())
     assert journal.summary is not None
+    recorded = journal.history.of_type(EventType.WORKTREE_RECORDED) if worktree else []
     return SessionDetail(
         row=row,
         summary=journal.summary,
         steps=store.steps(row.sid),
         lock_holder=lock_holder(workspace, row.id),
         usage=model_usage(store, row),
+        worktree=str(recorded[-1].payload["commit"]) if recorded else None,
     )
 
 

@@ -124,6 +124,8 @@ class ResumePreview(NamedTuple):
     work_time: WorkTime | None = None
     # The work tree to bring from another machine first (None: it is here).
     handoff: Arrival | None = None
+    # The session is in a PostgreSQL store (store.url), which no mirror syncs.
+    in_store: bool = False
 
     @property
     def resume_at(self) -> Position | None:
@@ -152,7 +154,9 @@ class ResumePreview(NamedTuple):
             "skipped_steps": self.summary.steps_completed,
             "remaining_steps": remaining,
             "in_progress_action": c.in_progress_action if c else None,
-            "sync_status": self.sync.mode.value if self.sync else "local",
+            "sync_status": (
+                self.sync.mode.value if self.sync else "in_store" if self.in_store else "local"
+            ),
             "environment_valid": self.environment.valid if self.environment else None,
             "interrupted_seconds": self.interrupted_s,
             "mode": self.mode,
@@ -357,6 +361,7 @@ def _preview(
         replay_order=_replay_order(plan, summary, unfinished),
         last_completed=last_completed,
         work_time=work_time,
+        in_store=config.store.url is not None,
     )
 
 

@@ -311,6 +311,12 @@ def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> 
     backend is imported here, when it is asked for."""
     if isinstance(url, os.PathLike) or "://" not in url:
         return _sqlite(Path(url), durability)
+    # Before the URL is taken apart: the PostgreSQL store tells a URL of its kind that
+    # cannot be read without acode's own parameter, and with its own hint.
+    if url.partition("://")[0].lower() in ("postgresql", "postgres"):
+        from acode.store.postgres.store import PostgresStore
+
+        return PostgresStore.open(url, durability)
     from urllib.parse import unquote, urlsplit
 
     try:
@@ -325,10 +331,6 @@ def open_store(url: str | os.PathLike[str], durability: Durability = "full") -> 
                 f"the store URL {_shown(url)!r} is not a SQLite URL acode takes", hint=_HINT
             )
         return _sqlite(Path(unquote(parts.path)), durability)
-    if parts.scheme in ("postgresql", "postgres"):
-        from acode.store.postgres.store import PostgresStore
-
-        return PostgresStore.open(url, durability)
     kind = f"{parts.scheme}://" if parts.scheme else "no scheme"
     raise StoreUrlError(
         f"the store URL {_shown(url)!r} names a kind of store acode does not know ({kind})",

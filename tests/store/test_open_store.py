@@ -74,3 +74,22 @@ def test_a_workspace_url_names_its_workspace_alone(url: str) -> None:
     assert scoped.count("acode_workspace=") == 1
     assert scoped.endswith("acode_workspace=%2Fa%20b%26c")
     assert ("sslmode=require" in scoped) == ("sslmode=require" in url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://acode:s3cret@[::1/acode", "postgres://[::1/acode", "POSTGRESQL://[::1/acode"],
+)
+def test_a_postgresql_url_that_cannot_be_read_is_told_as_one(url: str) -> None:
+    # What a workspace opens: the URL with acode's own parameter, which the person never
+    # wrote and must not see; the hint is about PostgreSQL, not a SQLite file.
+    with pytest.raises(StoreUrlError) as refused:
+        open_store(workspace_url(url, "/home/me/project"))
+    error = refused.value
+    assert (error.code, error.exit_code) == (ErrorCode.STORE_URL, 2)
+    assert "cannot be read" in error.message
+    assert "acode_workspace" not in error.message
+    assert "s3cret" not in str(error)
+    assert error.hint is not None
+    assert "postgresql://USER@HOST:PORT/DATABASE" in error.hint
+    assert "sqlite" not in error.hint

@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from acode.errors import ErrorCode, SchemaTooNewError, StorageError, StoreUnavailableError
+from acode.errors import (
+    ErrorCode,
+    SchemaTooNewError,
+    StorageError,
+    StoreUnavailableError,
+    StoreUrlError,
+)
 from acode.store.base import EventStore, open_store, workspace_url
 from acode.store.postgres.migrations import available_migrations
 from tests.store.contract import EventStoreContract, _event, _message
@@ -244,7 +250,7 @@ def test_a_server_that_does_not_answer_is_named_without_the_password(host: str) 
     assert "start the server" in error.hint
 
 
-def test_a_wrong_password_is_refused_without_showing_it(pg_server: PgServer, dbname: str) -> None:
+def _password_role(pg_server: PgServer, dbname: str) -> tuple[str, str]:
     role, right = PASSWORD_ROLE
     if not pg_server.embedded:  # a given server: the role may have to be made first
         _sql(
@@ -253,6 +259,11 @@ def test_a_wrong_password_is_refused_without_showing_it(pg_server: PgServer, dbn
             f"DO $$ BEGIN CREATE ROLE {role} LOGIN PASSWORD '{right}';"
             " EXCEPTION WHEN duplicate_object THEN NULL; END $$",
         )
+    return role, right
+
+
+def test_a_wrong_password_is_refused_without_showing_it(pg_server: PgServer, dbname: str) -> None:
+    role, _ = _password_role(pg_server, dbname)
     with pytest.raises(StoreUnavailableError) as refused:
         open_store(pg_server.store_url(dbname, user=role, password=SECRET))
     error = refused.value
@@ -260,6 +271,30 @@ def test_a_wrong_password_is_refused_without_showing_it(pg_server: PgServer, dbn
     assert "password authentication failed" in error.message
     assert SECRET not in str(error)
     assert f"{role}@" in error.message
+
+
+def test_a_role_that_may_not_create_the_schema_is_refused_as_a_login_not_a_write(
+    pg_server: PgServer, dbname: str
+) -> None:
+    # The password role may connect to the new database, not create anything in it.
+    role, right = _password_role(pg_server, dbname)
+    with pytest.raises(StoreUnavailableError) as refused:
+        open_store(pg_server.store_url(dbname, user=role, password=right))
+    error = refused.value
+    assert (error.code, error.exit_code) == (ErrorCode.STORE_REFUSED, 1)
+    assert "permission denied" in error.message
+    assert error.hint is not None
+    assert f"GRANT CREATE ON DATABASE {dbname} TO {role}" in error.hint
+    assert f"CREATE SCHEMA acode_store AUTHORIZATION {role}" in error.hint
+    assert "acode resume" not in error.hint  # nothing was started that could go on
+    assert _sql(pg_server, dbname, "SELECT to_regnamespace('acode_store')") == [(None,)]
+    # The schema made by another role: its tables are not this one's.
+    open_store(pg_server.store_url(dbname)).close()
+    with pytest.raises(StoreUnavailableError) as refused:
+        open_store(pg_server.store_url(dbname, user=role, password=right))
+    assert refused.value.code is ErrorCode.STORE_REFUSED
+    assert "permission denied for schema acode_store" in refused.value.message
+    assert f"make {role} their owner" in (refused.value.hint or "")
 
 
 def test_a_database_that_does_not_exist_is_refused(pg_server: PgServer) -> None:
@@ -305,3 +340,39 @@ def test_connections_the_server_ended_fail_one_write_and_no_read(
         assert store.last_seq(row.sid) == 2
         _sql(pg_server, dbname, kill)
         assert store.last_seq(row.sid) == 2  # a read is asked again on a new connection
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql://acode:pw@/acode?host=%2Fvar%2Frun%2Fpostgresql&port=5433",
+            "postgresql://acode@/acode?host=/var/run/postgresql&port=5433",
+        ),
+        ("postgresql://acode@/acode?port=5433", "postgresql://acode@/acode?port=5433"),
+        ("postgresql://acode:pw@db:5433/acode?sslmode=require", "postgresql://acode@db:5433/acode"),
+        ("postgresql:///acode", "postgresql://localhost/acode"),
+    ],
+)
+def test_a_store_is_named_by_where_it_connects_without_the_password(url: str, shown: str) -> None:
+    # Two servers of one machine differ by the port of their socket: both are shown.
+    from acode.store.postgres.connection import parse_address
+
+    assert parse_address(url).shown == shown
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [("foo=bar", "foo"), ("sslmode=bogus", "sslmode"), ("target_session_attrs=xx", "xx")],
+)
+def test_an_option_libpq_refuses_is_a_store_url_error_not_an_outage(query: str, named: str) -> None:
+    # Refused before any connection is tried: no server needed, and none is blamed.
+    with pytest.raises(StoreUrlError) as refused:
+        open_store(f"postgresql://acode:s3cret@127.0.0.1:1/acode?{query}")
+    error = refused.value
+    assert (error.code, error.exit_code) == (ErrorCode.STORE_URL, 2)
+    assert named in error.message
+    assert "postgresql://acode@127.0.0.1:1/acode" in error.message
+    assert "s3cret" not in str(error)
+    assert error.hint is not None
+    assert "store.url" in error.hint

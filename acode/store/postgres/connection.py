@@ -81,12 +81,14 @@ def parse_address(url: str) -> StoreAddress:
     password = parts.password or next((v for k, v in rest if k == "password"), "")
     conninfo = urlunsplit(parts._replace(query=urlencode(rest), fragment=""))
     user = f"{parts.username}@" if parts.username else ""
-    host = parts.hostname or "localhost"
+    # A host (a Unix socket's folder) and port in the query are where libpq connects:
+    # shown as given, so that two servers on one machine are told apart.
+    given = [f"{k}={v}" for k, v in rest if k in ("host", "port")]
+    host = parts.hostname or ("" if given else "localhost")
     where = f"{host}:{port}" if port else host
     shown = f"postgresql://{user}{where}{parts.path}"
-    socket = next((v for k, v in rest if k == "host"), None)
-    if socket is not None:  # a Unix socket's folder, or a host named in the query
-        shown += f"?host={socket}"
+    if given:
+        shown += "?" + "&".join(given)
     return StoreAddress(conninfo, shown, password, workspace)
 
 
@@ -117,6 +119,14 @@ def connect(address: StoreAddress, durability: Durability) -> psycopg.Connection
     try:
         return psycopg.connect(address.conninfo, **_options(durability))
     except psycopg.Error as exc:
+        if _BAD_OPTION.search(str(exc)):  # refused before a connection was tried
+            said = _clean(address, exc).removeprefix("connection is bad: ")
+            raise StoreUrlError(
+                f"the store URL {address.shown} has an option libpq refuses: {said}",
+                hint="correct or remove that option in store.url (or ACODE_STORE_URL); the "
+                "options libpq takes: https://www.postgresql.org/docs/current/"
+                "libpq-connect.html#LIBPQ-PARAMKEYWORDS",
+            ) from None
         raise store_error(address, exc) from None
     except OSError as exc:  # a name resolution that fails before libpq
         raise _unreachable(address, str(exc)) from None
@@ -165,6 +175,8 @@ def pool_timeout(address: StoreAddress) -> StoreUnavailableError:
     return _unreachable(address, f"no connection could be had within {POOL_TIMEOUT_S:g} s")
 
 
+# libpq's words for a URL option it does not know, or a value it does not take.
+_BAD_OPTION = re.compile(r"invalid (?:URI query parameter|connection option|\S+ value)")
 # The SQLSTATE classes of a login the server refused: 28 (invalid authorization: a wrong
 # password, an unknown role), 3D (no such database), 42501 (no privilege on it).
 _REFUSED = ("28", "3D")
@@ -183,6 +195,23 @@ def store_error(address: StoreAddress, exc: BaseException) -> StorageError:
 
     text = _clean(address, exc)
     state = getattr(exc, "sqlstate", None) or ""
+    if state == "42501":  # no privilege: to create acode's schema, or on its tables
+        parts = urlsplit(address.conninfo)
+        role = parts.username or "ROLE"
+        database = parts.path.lstrip("/") or role  # libpq's default: the role's name
+        fix = (
+            f"as the database's owner, let the role create acode's schema: GRANT CREATE ON "
+            f"DATABASE {database} TO {role}; or create it for the role: CREATE SCHEMA "
+            f"acode_store AUTHORIZATION {role}"
+            if "for database" in text
+            else "use the role that created acode's schema acode_store, which owns its "
+            f"tables, or make {role} their owner"
+        )
+        return StoreUnavailableError(
+            f"the PostgreSQL store {address.shown} refused acode: {text}",
+            hint=f"{fix} (docs/fleet.md); nothing was written",
+            code=ErrorCode.STORE_REFUSED,
+        )
     if isinstance(exc, psycopg.OperationalError) and (
         state[:2] in _REFUSED or state == "42501" or any(t in text for t in _REFUSED_TEXT)
     ):

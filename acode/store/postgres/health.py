@@ -1,13 +1,21 @@
 """What `acode doctor` reads of a PostgreSQL store, changing nothing: whether it answers,
-its schema's version, and how many sessions it holds (of the workspace its URL names).
-Unlike opening the store, this never creates or migrates the schema."""
+its schema's version, and how many sessions it holds (of the workspace its URL names)
+and their size. Unlike opening the store, this never creates or migrates the schema."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from acode.store.postgres.connection import connect, parse_address, translated
 from acode.store.postgres.migrations import available_migrations, schema_version
+from acode.store.postgres.pruning import (
+    SELECT_EVENT_COST,
+    SELECT_MESSAGE_BYTES,
+    SELECT_UNSHARED_BLOBS,
+)
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["StoreHealth", "store_health"]
 
@@ -17,6 +25,9 @@ class StoreHealth(NamedTuple):
     schema: int  # 0: acode never created its schema there
     latest: int  # the newest version this acode knows
     sessions: int  # of the URL's workspace; 0 where the schema is missing or newer
+    # What pruning all of them would free: their rows and the images no other session
+    # uses, the measure of a prune's "Freed about" and of retention.max_state_bytes.
+    bytes: int
 
 
 def store_health(url: str) -> StoreHealth:
@@ -27,16 +38,26 @@ def store_health(url: str) -> StoreHealth:
     try:
         with translated(address):
             schema = schema_version(conn)
-            sessions = 0
+            sids: list[int] = []
             if 0 < schema <= latest:
                 if address.workspace is None:
-                    row = conn.execute("SELECT count(*) FROM acode_store.sessions").fetchone()
+                    found = conn.execute("SELECT sid FROM acode_store.sessions")
                 else:
-                    row = conn.execute(
-                        "SELECT count(*) FROM acode_store.sessions WHERE workspace = %s",
+                    found = conn.execute(
+                        "SELECT sid FROM acode_store.sessions WHERE workspace = %s",
                         (address.workspace,),
-                    ).fetchone()
-                sessions = int(row[0]) if row else 0
+                    )
+                sids = [int(sid) for (sid,) in found]
+            size = _bytes(conn, sids) if sids else 0
     finally:
         conn.close()
-    return StoreHealth(address.shown, schema, latest, sessions)
+    return StoreHealth(address.shown, schema, latest, len(sids), size)
+
+
+def _bytes(conn: psycopg.Connection[Any], sids: list[int]) -> int:
+    """What pruning the sessions ``sids`` would free, as the prune counts it
+    (acode.store.postgres.pruning.prune_cost)."""
+    events = sum(int(size) for _, _, size in conn.execute(SELECT_EVENT_COST, (sids,)))
+    talk = sum(int(size) for _, size in conn.execute(SELECT_MESSAGE_BYTES, (sids,)))
+    images = conn.execute(SELECT_UNSHARED_BLOBS, {"going": sids})
+    return events + talk + sum(int(size) for _, size in images)

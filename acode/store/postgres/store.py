@@ -381,6 +381,10 @@ class PostgresStore:
                 self._fences[sids[-1]] = (session_id, outcome.epoch)
         return outcome
 
+    def lease_holder(self, session_id: str) -> LeaseHolder | None:
+        """Who holds the session's lease now (None: no one): what `acode status` shows."""
+        return self._lease_holder(session_id)[1]
+
     def _lease_holder(self, session_id: str) -> tuple[str | None, LeaseHolder | None]:
         row = self._one(q.SELECT_LEASE, (session_id,))
         if row is None:

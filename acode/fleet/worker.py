@@ -28,14 +28,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acode.errors import (
-    AcodeError,
     EnvironmentValidationError,
     FleetError,
     SessionLockedError,
@@ -44,9 +43,10 @@ from acode.errors import (
 from acode.fleet.queue import LeaseLost, Queue, QueueItem
 from acode.fleet.reclaim import Action, Decision, decide_claim, out_of_reach, store_workspace
 from acode.fleet.repo import clone, mask_url, push_result
+from acode.fleet.session_env import launcher_env, session_env
+from acode.fleet.store_leases import StoreLeases
 
 if TYPE_CHECKING:
-    from acode.store.postgres.store import PostgresStore
     from acode.system.fork_server import ForkServer, Spawned
 
 __all__ = ["LAUNCHER", "Report", "Worker", "WorkerOptions"]
@@ -340,7 +340,7 @@ class Worker:
         lease is this worker's; the first refusal, and each new reason, is reported."""
         delay, most = _LOCKED_RETRY
         told = ""
-        leases = _StoreLeases(self.options.store_url)
+        leases = StoreLeases(self.options.store_url)
         try:
             while True:
                 code, final = self._run_child(queue, held, argv, workspace)
@@ -363,7 +363,7 @@ class Worker:
             leases.close()
 
     def _until_free(
-        self, held: _Held, leases: _StoreLeases, session_id: str, delay: float, most: float
+        self, held: _Held, leases: StoreLeases, session_id: str, delay: float, most: float
     ) -> float:
         """Wait before the next try of a refused resume; returns the next back-off. The
         session's lease in the store held on another machine (a lost machine's, which
@@ -427,7 +427,7 @@ class Worker:
                     held.proc = self._launcher().spawn(
                         [argv[0], "-w", argv[1], *_CHILD_FLAGS, argv[2]],
                         cwd=workspace,
-                        env=self._child_env(held.item),
+                        env=self._session_env(held.item),
                         stdio=(stdin.fileno(), write, log.fileno()),
                     )
                 finally:
@@ -478,7 +478,7 @@ class Worker:
             if self._launch is None:
                 self._launch = ForkServer(
                     LAUNCHER,
-                    self._launcher_env(),
+                    launcher_env(self.options.store_url),
                     on_start=lambda pid: self._report({"event": "launcher", "pid": pid}),
                     on_death=lambda pid, code: self._report(
                         {"event": "launcher_died", "pid": pid, "status": code}
@@ -486,29 +486,9 @@ class Worker:
                 )
             return self._launch
 
-    def _launcher_env(self) -> dict[str, str]:
-        """The launcher's environment: with a shared store, its URL, so that it loads the
-        store's driver once for every session (each session's own is sent with it)."""
-        env = _base_env()
-        if self.options.store_url is not None:
-            env["ACODE_STORE_URL"] = self.options.store_url
-        return env
-
-    def _child_env(self, item: QueueItem) -> dict[str, str]:
-        """The environment of the item's `acode` processes: the worker's, which holds the
-        checkpoint key they sign with, without the queue's URL (the worker's business, not
-        the session's). With a shared store: its URL (from the worker's own settings), the
-        item's name in it, the hand-off to the clone's ``origin``, the item's repository
-        (the one remote every worker reaches, as it clones from it and pushes the result
-        there), and the worker's lease length, which the session's own lease in the store
-        takes: the two lapse together when a machine is lost."""
-        env = _base_env()
-        if self.options.store_url is not None:
-            env["ACODE_STORE_URL"] = self.options.store_url
-            env["ACODE_STORE_WORKSPACE"] = store_workspace(item)
-            env["ACODE_HANDOFF_REMOTE"] = "origin"
-            env["ACODE_FLEET_LEASE_SECONDS"] = str(self.options.lease_seconds)
-        return env
+    def _session_env(self, item: QueueItem) -> dict[str, str]:
+        opts = self.options
+        return session_env(store_workspace(item), opts.store_url, opts.lease_seconds)
 
     def _ended(self, item: QueueItem, workspace: Path) -> dict[str, Any]:
         """`acode status --json` of the item's session, which ended: its state, and why."""
@@ -516,7 +496,7 @@ class Worker:
         status = ["status", "-w", str(workspace), "--json", "--", session_id]
         shown = subprocess.run(
             [sys.executable, "-m", "acode", *status],
-            env=self._child_env(item),
+            env=self._session_env(item),
             capture_output=True,
             text=True,
             check=False,
@@ -578,54 +558,6 @@ class Worker:
     def _busy(self) -> bool:
         with self._lock:
             return bool(self._held)
-
-
-def _base_env() -> dict[str, str]:
-    """The worker's environment without the queue's URL: what the launcher's and each
-    session's start from (``Worker._launcher_env``, ``Worker._child_env``)."""
-    return {**_without(os.environ, "ACODE_FLEET_URL"), "GIT_TERMINAL_PROMPT": "0"}
-
-
-class _StoreLeases:
-    """The sessions' leases in the shared store, read while a resume waits for one
-    (opened at the first read; none without a shared store)."""
-
-    def __init__(self, url: str | None) -> None:
-        self._url = url
-        self._store: PostgresStore | None = None
-
-    def elsewhere(self, session_id: str) -> float | None:
-        """Seconds until the session's lease lapses, by the store's clock, when a process
-        of another machine holds it (0 when it is free or has lapsed); None when a process
-        of this machine holds it, or when the store cannot tell (no shared store, or out
-        of reach)."""
-        from acode.system.process_table import process_table_id
-
-        if self._url is None:
-            return None
-        try:
-            if self._store is None:
-                from acode.store.postgres.store import PostgresStore
-
-                self._store = PostgresStore.open(self._url)
-            found = self._store.lease_lapse(session_id)
-        except AcodeError:
-            return None
-        if found is None:
-            return 0.0
-        holder, left = found
-        here = process_table_id()
-        if here is None or holder.machine is None or holder.machine == here:
-            return None
-        return left
-
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-
-
-def _without(env: Mapping[str, str], name: str) -> dict[str, str]:
-    return {key: value for key, value in env.items() if key != name}
 
 
 def _json_line(line: str) -> dict[str, Any]:

@@ -138,26 +138,28 @@ def test_a_session_whose_work_tree_never_reached_the_repository_is_out_of_reach(
 
 
 def test_a_session_process_gets_the_store_and_its_name_never_the_queue(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from acode.fleet.worker import Worker, WorkerOptions
+    from acode.fleet.reclaim import store_workspace
+    from acode.fleet.session_env import launcher_env, session_env
     from tests.fleet.test_decisions import _item
 
     monkeypatch.setenv("ACODE_FLEET_URL", "postgresql://fleet:pw@q/db")
     monkeypatch.delenv("ACODE_STORE_URL", raising=False)
     store = "postgresql://store:pw@s/db"  # from the worker's settings file, say
-    options = WorkerOptions(url="q", home=tmp_path, store_url=store, lease_seconds=4.5)
-    shared = Worker(options, print)
-    alone = Worker(WorkerOptions(url="q", home=tmp_path), print)
 
-    env = shared._child_env(_item(id=7))
+    env = session_env(store_workspace(_item(id=7)), store, 4.5)
 
     assert "ACODE_FLEET_URL" not in env
     assert env["ACODE_STORE_URL"] == store
     assert env["ACODE_STORE_WORKSPACE"] == "acode-fleet-item-7"
     assert env["ACODE_HANDOFF_REMOTE"] == "origin"
     assert env["ACODE_FLEET_LEASE_SECONDS"] == "4.5"  # the session's lease lapses with the item's
-    plain = alone._child_env(_item(id=7))
+    assert env["GIT_TERMINAL_PROMPT"] == "0"
+    launcher = launcher_env(store)
+    assert launcher["ACODE_STORE_URL"] == store
+    assert "ACODE_FLEET_URL" not in launcher
+    plain = session_env("acode-fleet-item-7", None, 30.0)
     assert not {"ACODE_FLEET_URL", "ACODE_STORE_URL", "ACODE_HANDOFF_REMOTE"} & set(plain)
 
 

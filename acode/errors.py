@@ -15,6 +15,7 @@ exit status the CLI returns for it, and a hint that says what to do next::
     ├── NothingToResumeError       ACODE-RESUME-001                             exit 14
     ├── TerminalStateError         ACODE-RESUME-002                             exit 15
     ├── SessionLockedError         ACODE-RESUME-003 / ACODE-LOCK-*              exit 16
+    ├── SessionTakenOverError      ACODE-SESSION-004 (its lease is another's)   exit 19
     ├── EnvironmentValidationError ACODE-RESUME-004                             exit 17
     ├── ContinuationError          ACODE-RESUME-006 (the plan and the record disagree) exit 1
     ├── TooOldForAutopilotError    ACODE-RESUME-008 (interrupted 24 hours ago or more) exit 18

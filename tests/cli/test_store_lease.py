@@ -301,7 +301,10 @@ def test_a_frozen_session_whose_lease_was_taken_over_writes_nothing_after_the_ta
     clones: Clones,
 ) -> None:
     c = clones
-    run, session_id = _start_in_a(c, "sleep 1")
+    # A nap longer than the wait for A's work tree on the remote (`_start_in_a`) can
+    # take on a busy machine: A must be frozen before it ends (with a nap of 1 s, A had
+    # once finished the session before the freeze).
+    run, session_id = _start_in_a(c, f"sleep {LEASE_SECONDS + 1}")
     acode = _acode_pid(run)
     os.kill(acode, signal.SIGSTOP)  # frozen, then cut off: it renews nothing
     c.proxy.set_mode("reset")
@@ -318,8 +321,9 @@ def test_a_frozen_session_whose_lease_was_taken_over_writes_nothing_after_the_ta
     finally:
         c.proxy.set_mode("pass")  # healed: A's late writes reach the database
         os.kill(acode, signal.SIGCONT)
-    # A's nap finished while it was frozen: its record of it, and anything after, is
-    # refused (by the database, or by A itself if its renewal saw the lapse first).
+    # A's nap ends while it is frozen or soon after: its record of it, and anything
+    # after, is refused (by the database, or by A itself if its renewal saw the lapse
+    # first).
     late = c.a.finish(run, expect=19, timeout=LEASE_SECONDS * 4)
     assert "ACODE-SESSION-004" in late.flat_err, late.describe()
     assert _events(c, session_id) == ended

@@ -249,8 +249,21 @@ def _escape(match: re.Match[str]) -> str:
 def emit_json(value: Any) -> None:
     from acode.security.redaction import redact_json
 
-    sys.stdout.write(json.dumps(redact_json(value), ensure_ascii=False, indent=None) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps(redact_json(value), ensure_ascii=False, indent=None) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_gone()
+
+
+def _reader_gone() -> None:
+    """Whoever read the output is gone (a fleet worker killed, a pipe into `head`): what
+    follows goes nowhere, and a run pauses as on SIGTERM, its handler choosing when,
+    rather than fail the step whose notice could not be written."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def emit_text(text: str) -> None:

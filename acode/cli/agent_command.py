@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acode.cli.console import emit_json, out_console
+from acode.cli.console import emit_json, emit_started, out_console
 from acode.cli.driver import drive, never_asks, terminal_approver
 from acode.cli.progress import choose_observer, quiet_screen
 from acode.domain.config import AcodeConfig, override
@@ -92,7 +92,7 @@ def run_agent_command(req: AgentRequest, config: AcodeConfig) -> int:
             mode_chosen=req.mode.chosen,
         )
         if req.as_json:
-            emit_json(
+            emit_started(
                 {
                     "event": "started",
                     "id": session.id,

@@ -256,6 +256,19 @@ def emit_json(value: Any) -> None:
         _reader_gone()
 
 
+def emit_started(value: dict[str, Any]) -> None:
+    """The `started` record of a new session, with ``--json``. Under a worker's start
+    gate, nothing of the session runs until the worker has recorded its id: a worker
+    killed before that (its end of the pipe closed, the read sees the end) would leave a
+    session the queue does not know, and the next claim would start another that did its
+    steps again. That one pauses instead, before its first step."""
+    emit_json(value)
+    from acode.fleet.session_env import START_GATE
+
+    if os.environ.get(START_GATE) == "1" and not sys.stdin.readline():
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _reader_gone() -> None:
     """Whoever read the output is gone (a fleet worker killed, a pipe into `head`): what
     follows goes nowhere, and a run pauses as on SIGTERM, its handler choosing when,

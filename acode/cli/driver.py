@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acode.cli.console import count, emit_json, err_console, out_console
+from acode.cli.console import count, emit_json, emit_started, err_console, out_console
 from acode.cli.progress import RichObserver, quiet_screen
 from acode.domain.plan import Plan
 from acode.domain.states import TERMINAL, SessionState
@@ -104,7 +104,7 @@ def start_plan(
             mode_chosen=mode.chosen,
         )
         if as_json:
-            emit_json(
+            emit_started(
                 {"event": "started", "id": session.id, "title": plan.title, "total_steps": total}
             )
         else:

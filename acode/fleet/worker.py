@@ -421,17 +421,21 @@ class Worker:
         outside = held.item.outside_effects
         read, write = os.pipe()
         out = os.fdopen(read, encoding="utf-8", errors="replace")
+        # The start gate (acode.fleet.session_env.START_GATE): the session's standard input,
+        # written once its id is on the item; closed unwritten, should this worker die.
+        gate_read, gate_write = os.pipe()
+        gate = os.fdopen(gate_write, "wb", buffering=0)
         try:
-            with open(os.devnull, "rb") as stdin:
-                try:
-                    held.proc = self._launcher().spawn(
-                        [argv[0], "-w", argv[1], *_CHILD_FLAGS, argv[2]],
-                        cwd=workspace,
-                        env=self._session_env(held.item),
-                        stdio=(stdin.fileno(), write, log.fileno()),
-                    )
-                finally:
-                    os.close(write)  # the child's copy is the only one: its end is our EOF
+            try:
+                held.proc = self._launcher().spawn(
+                    [argv[0], "-w", argv[1], *_CHILD_FLAGS, argv[2]],
+                    cwd=workspace,
+                    env=self._session_env(held.item),
+                    stdio=(gate_read, write, log.fileno()),
+                )
+            finally:
+                os.close(gate_read)
+                os.close(write)  # the child's copy is the only one: its end is our EOF
             if self._stopping.is_set():  # stopped while it started: pause it too
                 os.killpg(held.proc.pid, signal.SIGTERM)
             for line in out:
@@ -443,6 +447,9 @@ class Worker:
                     self._write(
                         held, partial(queue.record_session, held.item, final["id"], str(workspace))
                     )
+                    with contextlib.suppress(BrokenPipeError):  # it ended meanwhile
+                        gate.write(b"go\n")
+                    gate.close()
                 elif (
                     record.get("event") == "step"
                     and record.get("phase") == "started"
@@ -465,6 +472,8 @@ class Worker:
         finally:
             log.close()
             out.close()
+            with contextlib.suppress(BrokenPipeError):
+                gate.close()
             if held.proc is not None and held.proc.poll() is None:
                 with contextlib.suppress(ForkServerGone):
                     held.proc.wait()

@@ -192,7 +192,17 @@ def _check(fleet: Fleet, bare: Path, agent_bare: Path, trees: list[str], effects
     )
     assert max(completed.values()) == 1, f"a step completed twice: {completed}"
     # A worker killed before it recorded its new session's id leaves that session behind
-    # (the next claim starts another); one session per item ends, the item's.
+    # (the next claim starts another), held at the start gate: it paused before its first
+    # step. (A session started over, its work tree out of reach, is left behind too, but
+    # only when none of its steps acted outside.) One session per item ends, the item's.
+    left = fleet.query(
+        "SELECT s.id, count(e.seq) FROM acode_store.sessions s LEFT JOIN acode_store.events e"
+        " ON e.sid = s.sid AND e.type = 'step_started'"
+        # a step of the default kind, python, names none
+        " AND coalesce(e.payload::jsonb ->> 'kind', 'python') IN ('run', 'python')"
+        " WHERE s.state <> 'COMPLETED' GROUP BY s.id"
+    )
+    assert all(n == 0 for _, n in left), f"a session left behind acted outside: {left}"
     ended = Counter(
         fleet.query("SELECT workspace FROM acode_store.sessions WHERE state = 'COMPLETED'")
     )

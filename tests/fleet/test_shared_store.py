@@ -156,6 +156,7 @@ def test_a_session_process_gets_the_store_and_its_name_never_the_queue(
     assert env["ACODE_HANDOFF_REMOTE"] == "origin"
     assert env["ACODE_FLEET_LEASE_SECONDS"] == "4.5"  # the session's lease lapses with the item's
     assert env["GIT_TERMINAL_PROMPT"] == "0"
+    assert env["ACODE_START_GATE"] == "1"
     launcher = launcher_env(store)
     assert launcher["ACODE_STORE_URL"] == store
     assert "ACODE_FLEET_URL" not in launcher

@@ -71,9 +71,9 @@ def test_a_line_longer_than_the_limit_is_written_whole(tmp_path: Path) -> None:
 
 def test_two_processes_rotating_at_once_lose_no_line(tmp_path: Path) -> None:
     paths = StatePaths(tmp_path)
-    count = 500  # each rotation renames every file before it: the cost grows as its square
+    count = 250  # each rotation renames every file before it: the cost grows as its square
     # Enough files that none is dropped: every line of both writers must be there.
-    limits = ["3000", "100000"]
+    limits = ["2000", "100000"]
     writers = [
         subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), name, str(count), *limits])
         for name in ("a", "b")

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.postgres import DSN_VARIABLE, GIVEN_DSN, PgServer, embedded_server, given_server
+from tests.support.postgres import (
+    DSN_VARIABLE,
+    GIVEN_DSN,
+    PgServer,
+    embedded_server,
+    given_server,
+    scratch_database,
+)
 
 if TYPE_CHECKING:
     from tests.cli.conftest import Background
@@ -99,3 +106,10 @@ def pg_server() -> Iterator[PgServer]:
     finally:
         started.__exit__(None, None, None)
         shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture
+def dbname(pg_server: PgServer) -> Iterator[str]:
+    """A database of its own in the run's server, dropped after the test."""
+    with scratch_database(pg_server) as name:
+        yield name

@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
 from tests.cli.conftest import Background, Cli, plan_yaml, step_started, wait_for
-from tests.support.postgres import PgServer, scratch_database
+from tests.support.postgres import PgServer
 
 __all__: list[str] = []
 
@@ -26,12 +25,6 @@ def git(ws: Path, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=ws, capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
     return done.stdout
-
-
-@pytest.fixture
-def dbname(pg_server: PgServer) -> Iterator[str]:
-    with scratch_database(pg_server) as name:
-        yield name
 
 
 class Machines(NamedTuple):

@@ -8,19 +8,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cli.conftest import Background, Cli, plan_yaml, step_started
 from tests.support.postgres import PgServer, scratch_database
-
-
-@pytest.fixture
-def dbname(pg_server: PgServer) -> Iterator[str]:
-    with scratch_database(pg_server) as name:
-        yield name
 
 
 @pytest.fixture

@@ -7,20 +7,13 @@ of tests/conftest.py, in a database of the test's own."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cli.conftest import Background, Cli, plan_yaml, step_started
 from tests.cli.test_handoff_resume import Machines, git, machines  # noqa: F401
-from tests.support.postgres import PASSWORD_ROLE, PgServer, scratch_database
-
-
-@pytest.fixture
-def dbname(pg_server: PgServer) -> Iterator[str]:
-    with scratch_database(pg_server) as name:
-        yield name
+from tests.support.postgres import PASSWORD_ROLE, PgServer
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,9 @@ from acode.store.postgres.store import PostgresStore
 from acode.system.process_table import process_table_id, start_mark
 from tests.store.contract import _MS, EventStoreContract, _event, _id, _message
 from tests.store.contract import _commit as commit_of
-from tests.support.postgres import PgServer, scratch_database
+from tests.support.postgres import PgServer
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def dbname(pg_server: PgServer) -> Iterator[str]:
-    with scratch_database(pg_server) as name:
-        yield name
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
 
@@ -24,15 +23,9 @@ from acode.store.base import EventStore, open_store, workspace_url
 from acode.store.postgres.migrations import available_migrations
 from tests.store.contract import EventStoreContract, _event, _message
 from tests.store.contract import _commit as commit_of
-from tests.support.postgres import PASSWORD_ROLE, PgServer, scratch_database
+from tests.support.postgres import PASSWORD_ROLE, PgServer
 
 SECRET = "n0t-the-pa55word"
-
-
-@pytest.fixture
-def dbname(pg_server: PgServer) -> Iterator[str]:
-    with scratch_database(pg_server) as name:
-        yield name
 
 
 @pytest.fixture
